@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds gpq's release test, bench and CLI binaries here, stages them with
+# what the GPU machine lacks (nvCOMP) into the git-ignored folder .device/,
+# and prints how to run them on the device machine.
+#
+#   scripts/device-test.sh            # build and stage
+#   then, with the device tool:  run  command: "bash .device/run.sh tests"   carry: [".device"]
+#
+# .device/run.sh takes stages: tests, sanitizer, bench-io, bench-decode, tpch, all (see scripts/device-run.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+stage=$root/.device
+rm -rf "$stage"
+mkdir -p "$stage/bin" "$stage/lib"
+
+echo "== building release binaries"
+cargo build --release --bins
+json=$(cargo test --release --no-run --message-format=json 2>/dev/null)
+cargo bench --no-run >/dev/null 2>&1 || true
+bench_json=$(cargo bench --no-run --message-format=json 2>/dev/null || true)
+
+copy() { # copy and strip an executable into .device/bin under a stable name
+  local src=$1 name=$2
+  cp "$src" "$stage/bin/$name"
+  strip --strip-debug "$stage/bin/$name" 2>/dev/null || true
+}
+copy target/release/gpq gpq
+python3 - "$json" "$bench_json" <<'PY' > "$stage/executables.txt"
+import json, sys
+for blob, kind in ((sys.argv[1], "test"), (sys.argv[2], "bench")):
+    for line in blob.splitlines():
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
+            print(kind, m["target"]["name"], m["executable"])
+PY
+while read -r kind name exe; do
+  copy "$exe" "$kind-$name"
+done < "$stage/executables.txt"
+
+echo "== staging nvCOMP (pip wheel nvidia-libnvcomp-cu13) and NVRTC (already on the device)"
+whl=$(ls .whl/nvidia_libnvcomp_cu13-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$whl" ]; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 -d .whl "nvidia-libnvcomp-cu13==6.0.*"
+  whl=$(ls .whl/nvidia_libnvcomp_cu13-*.whl | head -1)
+fi
+python3 - "$whl" "$stage/lib" <<'PY'
+import sys, zipfile, os
+z = zipfile.ZipFile(sys.argv[1])
+for n in z.namelist():
+    if n.endswith("libnvcomp.so.6"):
+        open(os.path.join(sys.argv[2], "libnvcomp.so.6"), "wb").write(z.read(n))
+PY
+cp scripts/device-run.sh "$stage/run.sh"
+if [ -d ../shared/parquet-testing/data ]; then
+  mkdir -p "$stage/parquet-testing" && cp ../shared/parquet-testing/data/* "$stage/parquet-testing/"
+fi
+( cd "$stage" && tar -cf - bin lib | xz -6 -T0 > payload.tar.xz && rm -rf bin lib )
+du -sh "$stage"/payload.tar.xz
+echo
+echo "Staged. Run on the device with:  command: bash .device/run.sh tests   carry: [\".device\"]"

@@ -1,0 +1,102 @@
+//! `gpq bench`: benchmarks that print a Markdown table.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use gpq::{IoPath, ReadOptions};
+
+use crate::{human_bytes, median};
+
+/// Arguments of `gpq bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+/// Which benchmark.
+#[derive(Subcommand)]
+pub enum BenchWhat {
+    /// Raw IO throughput: all column chunks of a file into device memory, per path and thread count.
+    Io(IoBenchArgs),
+}
+
+/// Arguments of `gpq bench io`.
+#[derive(Args)]
+pub struct IoBenchArgs {
+    /// The Parquet file.
+    pub file: PathBuf,
+    /// IO paths to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "bounce,cufile-compat")]
+    pub paths: Vec<String>,
+    /// Thread counts to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    pub threads: Vec<usize>,
+    /// Task sizes to compare (comma-separated, e.g. 4M,8M).
+    #[arg(long, value_delimiter = ',', default_value = "8M")]
+    pub task_sizes: Vec<String>,
+    /// Timed repetitions per configuration (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
+    /// Also measure O_DIRECT on the bounce path.
+    #[arg(long)]
+    pub direct: bool,
+}
+
+pub fn run(args: BenchArgs) -> gpq::Result<ExitCode> {
+    match args.what {
+        BenchWhat::Io(a) => io(a),
+    }
+}
+
+fn io(args: IoBenchArgs) -> gpq::Result<ExitCode> {
+    let plan = gpq::ReadPlan::new(&args.file, &ReadOptions::new())?;
+    println!(
+        "file {} ({}), {} chunks, {} bytes requested, {} read",
+        args.file.display(),
+        human_bytes(plan.file_size),
+        plan.chunks.len(),
+        plan.io.bytes_requested,
+        plan.io.bytes_read
+    );
+    println!("\n| path | threads | task size | O_DIRECT | median s | GB/s | min s | max s |");
+    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |");
+    for path in &args.paths {
+        let io_path: IoPath = path.parse()?;
+        let directs: &[bool] = if io_path == IoPath::Bounce && args.direct { &[false, true] } else { &[false] };
+        for &direct in directs {
+            for ts in &args.task_sizes {
+                let task = gpq::options::parse_size(ts).ok_or_else(|| gpq::Error::InvalidOptions(format!("bad task size {ts}")))?;
+                for &threads in &args.threads {
+                    let mut o = ReadOptions::new().with_io_path(io_path).with_io_threads(threads).with_task_size(task);
+                    o.io.direct = Some(direct);
+                    let mut secs = Vec::new();
+                    let mut failure = None;
+                    for i in 0..=args.repeat {
+                        match gpq::read_column_chunks(&args.file, &o) {
+                            Ok(c) if i > 0 => secs.push(c.io.wall.as_secs_f64()),
+                            Ok(_) => {}
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    if let Some(e) = failure {
+                        println!("| {io_path} | {threads} | {ts} | {direct} | failed: {e} | | | |");
+                        continue;
+                    }
+                    let min = secs.iter().cloned().fold(f64::MAX, f64::min);
+                    let max = secs.iter().cloned().fold(0.0, f64::max);
+                    let med = median(&mut secs);
+                    println!(
+                        "| {io_path} | {threads} | {ts} | {direct} | {med:.4} | {:.1} | {min:.4} | {max:.4} |",
+                        plan.io.bytes_read as f64 / med / 1e9
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,79 @@
+//! The `gpq` command line: generate TPC-H Parquet, inspect files and their IO
+//! plans, read files onto the GPU, and benchmark.
+
+mod bench;
+mod generate;
+mod inspect;
+mod read;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// gpq reads Apache Parquet straight into GPU memory.
+#[derive(Parser)]
+#[command(name = "gpq", version, about, long_about = None)]
+struct Cli {
+    /// More logging (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate TPC-H tables as Parquet files.
+    Gen(generate::GenArgs),
+    /// Show a file's row groups, columns, pages and the IO plan gpq would make.
+    Inspect(inspect::InspectArgs),
+    /// Read a file (or every .parquet file in a directory) onto the GPU.
+    Read(read::ReadArgs),
+    /// Run benchmarks.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("gpq={level}")));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let result = match cli.command {
+        Command::Gen(a) => generate::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Read(a) => read::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Formats bytes with a binary unit.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.2} {}", UNITS[u]) }
+}
+
+/// Median of a non-empty list.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}

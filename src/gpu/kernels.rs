@@ -1,0 +1,261 @@
+//! Kernel loading: the CUDA C++ sources beside this file are compiled at first
+//! use with NVRTC into a cubin for the device's architecture, cached on disk
+//! (keyed by source hash, architecture, NVRTC version and options) so the next
+//! process starts fast, and loaded as one module.
+//!
+//! The cache lives in `$GPQ_KERNEL_CACHE`, else `$XDG_CACHE_HOME/gpq/kernels`,
+//! else `~/.cache/gpq/kernels`; a cache that cannot be written is skipped.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::path::PathBuf;
+
+use cudarc::driver::sys;
+use cudarc::nvrtc::sys as nvrtc;
+use sha2::{Digest, Sha256};
+use tracing::{debug, info, warn};
+
+use super::check;
+use super::context::GpuStream;
+use crate::error::{Error, Result};
+
+/// The kernel sources, in the order they are concatenated into one translation unit.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("kernels/common.cuh")),
+    ("checksum.cu", include_str!("kernels/checksum.cu")),
+];
+
+/// Options every compile uses (the architecture is added per device).
+const NVRTC_OPTIONS: &[&str] = &["-std=c++17", "-lineinfo", "-DGPQ_NVRTC=1"];
+
+/// The whole translation unit, with `#line` markers so compiler messages name the right file.
+pub fn translation_unit() -> String {
+    let mut s = String::new();
+    for (name, text) in SOURCES {
+        s.push_str(&format!("#line 1 \"{name}\"\n"));
+        s.push_str(text);
+        s.push('\n');
+    }
+    s
+}
+
+/// Whether the NVRTC library can be loaded.
+pub fn nvrtc_available() -> bool {
+    // SAFETY: probing for the library has no preconditions.
+    unsafe { nvrtc::is_culib_present() }
+}
+
+/// NVRTC's (major, minor) version.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    if !nvrtc_available() {
+        return Err(Error::Kernel { stage: "nvrtc", log: "libnvrtc is not installed or not on the library path".into() });
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: valid out pointers.
+    let r = unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) };
+    if r != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Kernel { stage: "nvrtc", log: format!("nvrtcVersion failed: {r:?}") });
+    }
+    Ok((major, minor))
+}
+
+/// Compiles the kernels to a cubin for `arch` (e.g. `sm_90`). Needs NVRTC but no GPU.
+pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
+    nvrtc_version()?;
+    let src = CString::new(translation_unit()).expect("kernel source has no NUL");
+    let name = CString::new("gpq_kernels.cu").unwrap();
+    let mut opts: Vec<CString> = NVRTC_OPTIONS.iter().map(|o| CString::new(*o).unwrap()).collect();
+    opts.push(CString::new(format!("--gpu-architecture={arch}")).unwrap());
+    let opt_ptrs: Vec<*const i8> = opts.iter().map(|o| o.as_ptr()).collect();
+    let fail = |what: &str, r: nvrtc::nvrtcResult| Error::Kernel { stage: "nvrtc", log: format!("{what}: {r:?}") };
+    // SAFETY: all pointers are valid C strings that outlive the calls; the
+    // program is destroyed on every path.
+    unsafe {
+        let mut prog = std::ptr::null_mut();
+        let r = nvrtc::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null());
+        if r != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(fail("nvrtcCreateProgram", r));
+        }
+        let compiled = nvrtc::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
+        let mut log_len = 0usize;
+        nvrtc::nvrtcGetProgramLogSize(prog, &mut log_len);
+        let mut log = vec![0u8; log_len.max(1)];
+        nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast());
+        let log = String::from_utf8_lossy(&log[..log_len.saturating_sub(1)]).into_owned();
+        if compiled != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            nvrtc::nvrtcDestroyProgram(&mut prog);
+            return Err(Error::Kernel { stage: "nvrtc", log: format!("{compiled:?} for {arch}:\n{log}") });
+        }
+        if !log.trim().is_empty() {
+            debug!(%log, "NVRTC messages");
+        }
+        let mut size = 0usize;
+        let r = nvrtc::nvrtcGetCUBINSize(prog, &mut size);
+        if r != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            nvrtc::nvrtcDestroyProgram(&mut prog);
+            return Err(fail("nvrtcGetCUBINSize", r));
+        }
+        let mut cubin = vec![0u8; size];
+        let r = nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast());
+        nvrtc::nvrtcDestroyProgram(&mut prog);
+        if r != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(fail("nvrtcGetCUBIN", r));
+        }
+        Ok(cubin)
+    }
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("GPQ_KERNEL_CACHE") {
+        return Some(PathBuf::from(p));
+    }
+    if let Ok(p) = std::env::var("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(p).join("gpq/kernels"));
+    }
+    std::env::var("HOME").ok().map(|h| PathBuf::from(h).join(".cache/gpq/kernels"))
+}
+
+/// Cache key: source, architecture, NVRTC version and options.
+pub fn cache_key(arch: &str, nvrtc: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    h.update(translation_unit().as_bytes());
+    h.update(arch.as_bytes());
+    h.update(format!("{}.{}", nvrtc.0, nvrtc.1).as_bytes());
+    for o in NVRTC_OPTIONS {
+        h.update(o.as_bytes());
+    }
+    let digest = h.finalize();
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{arch}-nvrtc{}.{}-{hex}", nvrtc.0, nvrtc.1)
+}
+
+/// The cubin for `arch`, from the disk cache or freshly compiled.
+pub fn cubin_for(arch: &str) -> Result<Vec<u8>> {
+    let version = nvrtc_version()?;
+    let key = cache_key(arch, version);
+    let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            debug!(path = %p.display(), "kernel cache hit");
+            return Ok(bytes);
+        }
+    }
+    let t = std::time::Instant::now();
+    let cubin = compile_cubin(arch)?;
+    info!(arch, elapsed_ms = t.elapsed().as_secs_f64() * 1e3, "compiled kernels with NVRTC");
+    if let Some(p) = &path {
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(p.parent().unwrap())?;
+            let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, &cubin)?;
+            std::fs::rename(&tmp, p)
+        };
+        if let Err(e) = write() {
+            warn!(path = %p.display(), error = %e, "could not write the kernel cache");
+        }
+    }
+    Ok(cubin)
+}
+
+/// The loaded kernel module of one context.
+pub struct Kernels {
+    module: sys::CUmodule,
+    functions: std::sync::Mutex<HashMap<&'static str, usize>>,
+}
+
+unsafe impl Send for Kernels {}
+unsafe impl Sync for Kernels {}
+
+impl Kernels {
+    /// Builds (or loads from cache) and loads the kernels for a device of this compute capability.
+    /// The context must be current.
+    pub fn load(cc: (i32, i32)) -> Result<Kernels> {
+        let arch = format!("sm_{}{}", cc.0, cc.1);
+        let cubin = cubin_for(&arch)?;
+        let mut module = std::ptr::null_mut();
+        // SAFETY: the image is a complete cubin that stays alive for the call.
+        let r = unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) };
+        check("cuModuleLoadData", r).map_err(|e| Error::Kernel { stage: "load", log: e.to_string() })?;
+        Ok(Kernels { module, functions: Default::default() })
+    }
+
+    fn function(&self, name: &'static str) -> Result<sys::CUfunction> {
+        let mut map = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&f) = map.get(name) {
+            return Ok(f as sys::CUfunction);
+        }
+        let cname = CString::new(name).unwrap();
+        let mut f = std::ptr::null_mut();
+        // SAFETY: module is loaded; valid out pointer.
+        check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, self.module, cname.as_ptr()) })
+            .map_err(|e| Error::Kernel { stage: "load", log: format!("kernel {name}: {e}") })?;
+        map.insert(name, f as usize);
+        Ok(f)
+    }
+
+    /// Launches kernel `name` on `stream`.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, order and
+    /// type, and every device pointer among them must stay valid until the
+    /// kernel has finished.
+    pub unsafe fn launch(
+        &self,
+        name: &'static str,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        stream: &GpuStream,
+        args: &mut KernelArgs,
+    ) -> Result<()> {
+        if grid == 0 {
+            return Ok(());
+        }
+        let f = self.function(name)?;
+        let mut ptrs = args.pointers();
+        // SAFETY: delegated to the caller (see above).
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, stream.raw(), ptrs.as_mut_ptr(), std::ptr::null_mut())
+        })
+        .map_err(|e| match e {
+            Error::Cuda { call, message } => Error::Cuda { call, message: format!("{message} (kernel {name})") },
+            other => other,
+        })
+    }
+}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        // SAFETY: no launches are pending once the owning context drops its kernels.
+        unsafe {
+            sys::cuModuleUnload(self.module);
+        }
+    }
+}
+
+/// Kernel arguments, each kept at a stable address until the launch.
+#[derive(Default)]
+pub struct KernelArgs {
+    values: Vec<Box<[u8; 16]>>,
+}
+
+impl KernelArgs {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a plain-old-data argument of at most 16 bytes.
+    pub fn arg<T: Copy + 'static>(mut self, v: T) -> Self {
+        assert!(std::mem::size_of::<T>() <= 16, "kernel arguments are at most 16 bytes");
+        let mut slot = Box::new([0u8; 16]);
+        // SAFETY: T fits in the slot and is Copy (no drop glue).
+        unsafe { std::ptr::write_unaligned(slot.as_mut_ptr().cast::<T>(), v) };
+        self.values.push(slot);
+        self
+    }
+
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.values.iter_mut().map(|b| b.as_mut_ptr().cast()).collect()
+    }
+}

@@ -1,0 +1,232 @@
+//! Device buffers (stream-ordered pool allocations, or plain `cuMemAlloc`
+//! where a buffer must be registered with cuFile) and pinned host buffers.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::check;
+use super::context::{GpuContext, GpuStream};
+use crate::error::{Error, Result};
+
+enum Alloc {
+    /// From the device's memory pool, ordered on a stream.
+    Pool(Arc<GpuStream>),
+    /// `cuMemAlloc`: needed for cuFile buffer registration.
+    Plain,
+    /// Zero bytes: no allocation.
+    Empty,
+}
+
+/// A device allocation, freed on drop.
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    len: u64,
+    alloc: Alloc,
+    ctx: Arc<GpuContext>,
+}
+
+// Device pointers may be used from any thread with the context current.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+fn out_of_memory(ctx: &GpuContext, requested: u64, what: &'static str) -> Error {
+    let (free, total) = ctx.memory_info().unwrap_or((0, ctx.total_memory));
+    Error::OutOfDeviceMemory { requested, free, total, what }
+}
+
+impl DeviceBuffer {
+    /// Allocates `len` bytes from the pool, ordered on `stream`. The memory is
+    /// usable by work queued on `stream` at once, and by other streams once
+    /// they wait for it (or `stream` is synchronized).
+    pub fn alloc(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
+        let ctx = stream.context().clone();
+        if len == 0 {
+            return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx });
+        }
+        ctx.bind()?;
+        let mut ptr = 0;
+        // SAFETY: valid out pointer; pool and stream belong to this context.
+        let r = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, len as usize, ctx.pool(), stream.raw()) };
+        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(out_of_memory(&ctx, len, what));
+        }
+        check("cuMemAllocFromPoolAsync", r)?;
+        Ok(DeviceBuffer { ptr, len, alloc: Alloc::Pool(stream.clone()), ctx })
+    }
+
+    /// Allocates `len` bytes with `cuMemAlloc` (synchronous, registrable with cuFile).
+    pub fn alloc_plain(ctx: &Arc<GpuContext>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
+        if len == 0 {
+            return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx: ctx.clone() });
+        }
+        ctx.bind()?;
+        let mut ptr = 0;
+        // SAFETY: valid out pointer; context is current.
+        let r = unsafe { sys::cuMemAlloc_v2(&mut ptr, len as usize) };
+        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(out_of_memory(ctx, len, what));
+        }
+        check("cuMemAlloc", r)?;
+        Ok(DeviceBuffer { ptr, len, alloc: Alloc::Plain, ctx: ctx.clone() })
+    }
+
+    /// Allocates and copies `data` in, ordered on `stream` (synchronous with respect to `data`).
+    pub fn from_host(stream: &Arc<GpuStream>, data: &[u8], what: &'static str) -> Result<DeviceBuffer> {
+        let buf = Self::alloc(stream, data.len() as u64, what)?;
+        if !data.is_empty() {
+            // SAFETY: buf holds data.len() bytes; the copy is synchronous for pageable memory
+            // only up to staging, so synchronize before `data` may go away.
+            check("cuMemcpyHtoDAsync", unsafe {
+                sys::cuMemcpyHtoDAsync_v2(buf.ptr, data.as_ptr().cast(), data.len(), stream.raw())
+            })?;
+            stream.synchronize()?;
+        }
+        Ok(buf)
+    }
+
+    /// Device address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The owning context.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    /// Copies `len` bytes starting at `offset` to a new host vector (waits for the copy).
+    pub fn copy_range_to_host(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len as usize];
+        self.copy_range_into(offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copies `out.len()` bytes starting at `offset` into `out` (waits for the copy).
+    pub fn copy_range_into(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::InvalidOptions(format!(
+                "copy of {len} bytes at {offset} is outside a device buffer of {} bytes",
+                self.len
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        if let Alloc::Pool(s) = &self.alloc {
+            s.synchronize()?;
+        }
+        // SAFETY: range checked above; synchronous copy into `out`.
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + offset, len as usize)
+        })
+    }
+
+    /// Copies the whole buffer to the host.
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        self.copy_range_to_host(0, self.len)
+    }
+
+    /// Sets every byte to `value`, ordered on `stream`.
+    pub fn fill(&self, stream: &GpuStream, value: u8) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the buffer is alive; the memset stays inside it.
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, self.len as usize, stream.raw()) })
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind();
+        // SAFETY: the pointer came from the matching allocator and is not used again.
+        unsafe {
+            match &self.alloc {
+                Alloc::Pool(stream) => {
+                    sys::cuMemFreeAsync(self.ptr, stream.raw());
+                }
+                Alloc::Plain => {
+                    sys::cuMemFree_v2(self.ptr);
+                }
+                Alloc::Empty => {}
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({:#x}, {} bytes)", self.ptr, self.len)
+    }
+}
+
+/// Page-locked host memory, so copies to the device run by DMA at full speed.
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<GpuContext>,
+}
+
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// Allocates `len` bytes of pinned memory (page-aligned).
+    pub fn new(ctx: &Arc<GpuContext>, len: usize) -> Result<PinnedBuffer> {
+        ctx.bind()?;
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out pointer; portable so any context may use it.
+        check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) })?;
+        Ok(PinnedBuffer { ptr: p.cast(), len, ctx: ctx.clone() })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Raw pointer to the first byte.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: we own `len` bytes at `ptr`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: we own `len` bytes at `ptr`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind();
+        // SAFETY: allocated by cuMemHostAlloc and not used again.
+        unsafe {
+            sys::cuMemFreeHost(self.ptr.cast());
+        }
+    }
+}

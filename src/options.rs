@@ -1,0 +1,308 @@
+//! Options that shape a read: which columns and row groups, and how bytes
+//! travel from storage to the device.
+//!
+//! Every IO knob can also be set from the environment (`GPQ_IO`,
+//! `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`); a value set
+//! explicitly in [`ReadOptions`] wins over the environment, and the
+//! environment wins over the built-in defaults.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// How column-chunk bytes move from the file into device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoPath {
+    /// Probe once per process and take GDS where nvidia-fs is live,
+    /// otherwise the fastest working path (the bounce path).
+    Auto,
+    /// cuFile with nvidia-fs: true GPUDirect Storage, DMA from NVMe into GPU memory.
+    Gds,
+    /// cuFile in its compatibility mode (no nvidia-fs): cuFile's own POSIX
+    /// reads through its internal bounce buffers.
+    CufileCompat,
+    /// gpq's own path: worker threads `pread` into pinned staging buffers and
+    /// copy them to the device asynchronously, double-buffered.
+    Bounce,
+}
+
+impl IoPath {
+    /// The name used in options, logs and statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoPath::Auto => "auto",
+            IoPath::Gds => "gds",
+            IoPath::CufileCompat => "cufile-compat",
+            IoPath::Bounce => "bounce",
+        }
+    }
+}
+
+impl fmt::Display for IoPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for IoPath {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(IoPath::Auto),
+            "gds" => Ok(IoPath::Gds),
+            "cufile-compat" | "cufile_compat" | "compat" => Ok(IoPath::CufileCompat),
+            "bounce" | "posix" => Ok(IoPath::Bounce),
+            other => Err(Error::InvalidOptions(format!(
+                "unknown IO path {other:?}; expected auto, gds, cufile-compat or bounce"
+            ))),
+        }
+    }
+}
+
+/// Selects one column to read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ColumnSelector {
+    /// A top-level field by name, or a nested leaf by dotted path (`a.b.c`).
+    Name(String),
+    /// A top-level field by its position in the file's Arrow schema.
+    Index(usize),
+}
+
+impl From<&str> for ColumnSelector {
+    fn from(s: &str) -> Self {
+        ColumnSelector::Name(s.to_string())
+    }
+}
+
+impl From<String> for ColumnSelector {
+    fn from(s: String) -> Self {
+        ColumnSelector::Name(s)
+    }
+}
+
+impl From<usize> for ColumnSelector {
+    fn from(i: usize) -> Self {
+        ColumnSelector::Index(i)
+    }
+}
+
+impl fmt::Display for ColumnSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ColumnSelector::Name(n) => f.write_str(n),
+            ColumnSelector::Index(i) => write!(f, "#{i}"),
+        }
+    }
+}
+
+/// Default alignment of IO ranges: O_DIRECT and cuFile want 4 KiB.
+pub const IO_ALIGNMENT: u64 = 4096;
+/// Default largest piece one IO task reads.
+pub const DEFAULT_TASK_SIZE: u64 = 8 << 20;
+/// Default largest gap between two chunks that is read through rather than split.
+pub const DEFAULT_MERGE_GAP: u64 = 64 << 10;
+
+/// Knobs of the IO layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoOptions {
+    /// Which path to use; [`IoPath::Auto`] defers to `GPQ_IO`, then to the probe.
+    pub path: IoPath,
+    /// Worker threads; `None` defers to `GPQ_IO_THREADS`, then to the number of cores (at most 16).
+    pub threads: Option<usize>,
+    /// Largest read one task issues; `None` defers to `GPQ_IO_TASK_SIZE`, then 8 MiB.
+    pub task_size: Option<u64>,
+    /// Chunks whose gap is at most this many bytes are read as one range.
+    pub merge_gap: u64,
+    /// Open the file with `O_DIRECT` on the bounce path (bypasses the page cache);
+    /// `None` defers to `GPQ_IO_DIRECT=1`, then buffered reads.
+    pub direct: Option<bool>,
+}
+
+impl Default for IoOptions {
+    fn default() -> Self {
+        IoOptions {
+            path: IoPath::Auto,
+            threads: None,
+            task_size: None,
+            merge_gap: DEFAULT_MERGE_GAP,
+            direct: None,
+        }
+    }
+}
+
+impl IoOptions {
+    /// The path after applying `GPQ_IO` to [`IoPath::Auto`].
+    pub fn resolved_path(&self) -> Result<IoPath> {
+        match self.path {
+            IoPath::Auto => match std::env::var("GPQ_IO") {
+                Ok(v) => v.parse(),
+                Err(_) => Ok(IoPath::Auto),
+            },
+            p => Ok(p),
+        }
+    }
+
+    /// Worker threads after applying `GPQ_IO_THREADS` and the default.
+    pub fn resolved_threads(&self) -> Result<usize> {
+        let n = match self.threads {
+            Some(n) => n,
+            None => match env_u64("GPQ_IO_THREADS")? {
+                Some(n) => n as usize,
+                None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).min(16),
+            },
+        };
+        if n == 0 || n > 256 {
+            return Err(Error::InvalidOptions(format!("IO threads must be 1..=256, got {n}")));
+        }
+        Ok(n)
+    }
+
+    /// Task size after applying `GPQ_IO_TASK_SIZE` and the default, rounded up to the alignment.
+    pub fn resolved_task_size(&self) -> Result<u64> {
+        let t = match self.task_size {
+            Some(t) => t,
+            None => env_u64("GPQ_IO_TASK_SIZE")?.unwrap_or(DEFAULT_TASK_SIZE),
+        };
+        if t < IO_ALIGNMENT || t > (1 << 30) {
+            return Err(Error::InvalidOptions(format!(
+                "IO task size must be between 4 KiB and 1 GiB, got {t}"
+            )));
+        }
+        Ok(t.div_ceil(IO_ALIGNMENT) * IO_ALIGNMENT)
+    }
+
+    /// Whether to use O_DIRECT, after applying `GPQ_IO_DIRECT`.
+    pub fn resolved_direct(&self) -> bool {
+        self.direct.unwrap_or_else(|| {
+            matches!(std::env::var("GPQ_IO_DIRECT").as_deref(), Ok("1") | Ok("true") | Ok("yes"))
+        })
+    }
+}
+
+fn env_u64(name: &str) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Ok(v) => parse_size(&v)
+            .map(Some)
+            .ok_or_else(|| Error::InvalidOptions(format!("{name}={v:?} is not a number"))),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Parses `123`, `64k`, `8M`, `1G` (binary units) into bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (s, 1u64),
+        Some((i, _)) => {
+            let mult = match s[i..].trim().to_ascii_lowercase().as_str() {
+                "k" | "kb" | "kib" => 1 << 10,
+                "m" | "mb" | "mib" => 1 << 20,
+                "g" | "gb" | "gib" => 1 << 30,
+                "b" => 1,
+                _ => return None,
+            };
+            (&s[..i], mult)
+        }
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Everything a read can be told.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Columns to read, in the order wanted; `None` reads all.
+    pub columns: Option<Vec<ColumnSelector>>,
+    /// Row groups to read, in file order after sorting; `None` reads all.
+    pub row_groups: Option<Vec<usize>>,
+    /// IO knobs.
+    pub io: IoOptions,
+    /// CUDA device ordinal.
+    pub device: usize,
+}
+
+impl ReadOptions {
+    /// Default options: every column and row group, automatic IO path, device 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Read only these columns (names, dotted paths or indices).
+    pub fn with_columns<I, C>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = C>,
+        C: Into<ColumnSelector>,
+    {
+        self.columns = Some(columns.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Read only these row groups.
+    pub fn with_row_groups(mut self, row_groups: impl IntoIterator<Item = usize>) -> Self {
+        self.row_groups = Some(row_groups.into_iter().collect());
+        self
+    }
+
+    /// Force an IO path.
+    pub fn with_io_path(mut self, path: IoPath) -> Self {
+        self.io.path = path;
+        self
+    }
+
+    /// Set the number of IO worker threads.
+    pub fn with_io_threads(mut self, threads: usize) -> Self {
+        self.io.threads = Some(threads);
+        self
+    }
+
+    /// Set the IO task size in bytes.
+    pub fn with_task_size(mut self, bytes: u64) -> Self {
+        self.io.task_size = Some(bytes);
+        self
+    }
+
+    /// Set the merge gap in bytes.
+    pub fn with_merge_gap(mut self, bytes: u64) -> Self {
+        self.io.merge_gap = bytes;
+        self
+    }
+
+    /// Use the CUDA device with this ordinal.
+    pub fn with_device(mut self, ordinal: usize) -> Self {
+        self.device = ordinal;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size("8M"), Some(8 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("12q"), None);
+    }
+
+    #[test]
+    fn parses_io_paths() {
+        assert_eq!("bounce".parse::<IoPath>().unwrap(), IoPath::Bounce);
+        assert_eq!("cufile-compat".parse::<IoPath>().unwrap(), IoPath::CufileCompat);
+        assert_eq!("GDS".parse::<IoPath>().unwrap(), IoPath::Gds);
+        assert!("nvme".parse::<IoPath>().is_err());
+    }
+
+    #[test]
+    fn rejects_bad_knobs() {
+        let o = IoOptions { threads: Some(0), ..Default::default() };
+        assert!(o.resolved_threads().is_err());
+        let o = IoOptions { task_size: Some(100), ..Default::default() };
+        assert!(o.resolved_task_size().is_err());
+        let o = IoOptions { task_size: Some(5000), ..Default::default() };
+        assert_eq!(o.resolved_task_size().unwrap(), 8192);
+    }
+}

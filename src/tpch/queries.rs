@@ -1,0 +1,1 @@
+//! TPC-H queries (filled in by the DataFusion issue).

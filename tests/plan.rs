@@ -1,0 +1,226 @@
+//! CPU-only tests of read planning: ranges, projections, row groups and the
+//! errors bad requests and bad files produce.
+
+mod common;
+
+use std::path::Path;
+
+use gpq::{ColumnSelector, Error, ReadOptions, ReadPlan};
+use parquet::basic::Compression;
+
+fn sample(dir: &Path) -> std::path::PathBuf {
+    common::write_sample(&dir.join("sample.parquet"), 10_000, 3_000, Compression::SNAPPY)
+}
+
+#[test]
+fn chunks_match_metadata_and_ranges_cover_them_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let plan = ReadPlan::new(&path, &ReadOptions::new()).unwrap();
+    assert_eq!(plan.row_groups, vec![0, 1, 2, 3]);
+    assert_eq!(plan.num_rows, 10_000);
+    assert_eq!(plan.chunks.len(), 4 * 4);
+    assert_eq!(plan.schema.fields().len(), 4);
+    let md = &plan.metadata;
+    for c in &plan.chunks {
+        let leaf = plan.leaf_of(c).leaf_index;
+        let (start, len) = md.row_group(c.row_group).column(leaf).byte_range();
+        assert_eq!((c.file_offset, c.len), (start, len));
+        // Exactly one range holds the chunk, and maps it to the chunk's device offset.
+        let holders: Vec<_> = plan
+            .io
+            .ranges
+            .iter()
+            .filter(|r| r.file_offset <= c.file_offset && c.file_offset + c.len <= r.file_offset + r.read_len)
+            .collect();
+        assert_eq!(holders.len(), 1);
+        assert_eq!(c.device_offset, holders[0].device_offset + c.file_offset - holders[0].file_offset);
+    }
+    for r in &plan.io.ranges {
+        assert_eq!(r.file_offset % 4096, 0);
+        assert_eq!(r.device_offset % 4096, 0);
+    }
+    let requested: u64 = plan.chunks.iter().map(|c| c.len).sum();
+    assert_eq!(plan.io.bytes_requested, requested);
+}
+
+#[test]
+fn knobs_change_merging_and_splitting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    // With every other column skipped, a zero gap keeps ranges apart and a huge gap merges all.
+    let cols = ReadOptions::new().with_columns(["id", "price"]);
+    let apart = ReadPlan::new(&path, &cols.clone().with_merge_gap(0)).unwrap();
+    let merged = ReadPlan::new(&path, &cols.clone().with_merge_gap(1 << 30)).unwrap();
+    assert!(apart.io.ranges.len() > 1);
+    assert_eq!(merged.io.ranges.len(), 1);
+    assert!(merged.io.over_read() > apart.io.over_read());
+    let small_tasks = ReadPlan::new(&path, &cols.with_merge_gap(1 << 30).with_task_size(4096)).unwrap();
+    assert!(small_tasks.io.tasks.iter().all(|t| t.len <= 4096));
+    assert_eq!(small_tasks.io.tasks.len() as u64, small_tasks.io.bytes_read.div_ceil(4096));
+}
+
+#[test]
+fn projection_by_name_index_and_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let plan = ReadPlan::new(&path, &ReadOptions::new().with_columns([ColumnSelector::from("name"), ColumnSelector::Index(0)])).unwrap();
+    let names: Vec<_> = plan.schema.fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(names, ["name", "id"]);
+    assert_eq!(plan.chunks.len(), 2 * 4);
+    for c in &plan.chunks {
+        let expect_leaf = if c.column == 0 { 3 } else { 0 };
+        assert_eq!(plan.leaf_of(c).leaf_index, expect_leaf);
+    }
+    // A duplicate selection is read once.
+    let dup = ReadPlan::new(&path, &ReadOptions::new().with_columns(["id", "id"])).unwrap();
+    assert_eq!(dup.columns.len(), 1);
+}
+
+#[test]
+fn nested_paths_select_leaves() {
+    use arrow::array::{ArrayRef, Int32Array, RecordBatch, StructArray};
+    use arrow::datatypes::{DataType, Field, Fields};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested.parquet");
+    let a: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 3]));
+    let b: ArrayRef = Arc::new(Int32Array::from(vec![4, 5, 6]));
+    let fields = Fields::from(vec![Field::new("a", DataType::Int32, false), Field::new("b", DataType::Int32, false)]);
+    let s = StructArray::new(fields, vec![a.clone(), b], None);
+    let batch = RecordBatch::try_from_iter(vec![("top", a), ("s", Arc::new(s) as ArrayRef)]).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+
+    let plan = ReadPlan::new(&path, &ReadOptions::new().with_columns(["s.b"])).unwrap();
+    assert_eq!(plan.columns.len(), 1);
+    assert_eq!(plan.columns[0].leaves.len(), 1);
+    assert_eq!(plan.columns[0].leaves[0].path, "s.b");
+    assert!(!plan.columns[0].is_flat());
+    let whole = ReadPlan::new(&path, &ReadOptions::new().with_columns(["s"])).unwrap();
+    assert_eq!(whole.columns[0].leaves.len(), 2);
+    let top = ReadPlan::new(&path, &ReadOptions::new().with_columns(["top"])).unwrap();
+    assert!(top.columns[0].is_flat());
+}
+
+#[test]
+fn row_group_selection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let plan = ReadPlan::new(&path, &ReadOptions::new().with_row_groups([3, 1])).unwrap();
+    assert_eq!(plan.row_groups, vec![3, 1]);
+    assert_eq!(plan.num_rows, 1_000 + 3_000);
+    assert!(plan.chunks[..4].iter().all(|c| c.row_group == 3));
+    assert!(plan.chunks[4..].iter().all(|c| c.row_group == 1));
+    match ReadPlan::new(&path, &ReadOptions::new().with_row_groups([1, 1])) {
+        Err(Error::InvalidOptions(m)) => assert!(m.contains("twice")),
+        other => panic!("expected InvalidOptions, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_column_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let err = ReadPlan::new(&path, &ReadOptions::new().with_columns(["nope"])).unwrap_err();
+    match &err {
+        Error::ColumnNotFound { column, available, file } => {
+            assert_eq!(column, "nope");
+            assert!(available.contains("price"));
+            assert_eq!(file, &path);
+        }
+        other => panic!("expected ColumnNotFound, got {other:?}"),
+    }
+    assert!(err.to_string().contains("sample.parquet"));
+    let err = ReadPlan::new(&path, &ReadOptions::new().with_columns([ColumnSelector::Index(9)])).unwrap_err();
+    assert!(matches!(err, Error::ColumnNotFound { .. }), "{err:?}");
+}
+
+#[test]
+fn row_group_out_of_range_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let err = ReadPlan::new(&path, &ReadOptions::new().with_row_groups([4])).unwrap_err();
+    assert!(matches!(err, Error::RowGroupOutOfRange { row_group: 4, num_row_groups: 4, .. }), "{err:?}");
+}
+
+#[test]
+fn not_parquet_and_truncated_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.parquet");
+    std::fs::write(&text, "this is not a parquet file at all, just text").unwrap();
+    assert!(matches!(ReadPlan::new(&text, &ReadOptions::new()), Err(Error::NotParquet { .. })));
+
+    let tiny = dir.path().join("tiny.parquet");
+    std::fs::write(&tiny, b"PAR1").unwrap();
+    assert!(matches!(ReadPlan::new(&tiny, &ReadOptions::new()), Err(Error::NotParquet { .. })));
+
+    let good = sample(dir.path());
+    let bytes = std::fs::read(&good).unwrap();
+
+    // Cut off the tail: the footer is gone.
+    let cut = dir.path().join("cut.parquet");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let err = ReadPlan::new(&cut, &ReadOptions::new()).unwrap_err();
+    assert!(matches!(err, Error::NotParquet { .. }), "{err:?}");
+    assert!(err.to_string().contains("truncated"), "{err}");
+
+    // Keep the footer but drop the data: the footer claims bytes the file does not have.
+    let footer_len = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap()) as usize;
+    let mut hollow = b"PAR1".to_vec();
+    hollow.extend_from_slice(&bytes[bytes.len() - 8 - footer_len..]);
+    let hollow_path = dir.path().join("hollow.parquet");
+    std::fs::write(&hollow_path, &hollow).unwrap();
+    match ReadPlan::new(&hollow_path, &ReadOptions::new()) {
+        Err(Error::Truncated { row_group, column, file_size, .. }) => {
+            assert_eq!(file_size, hollow.len() as u64);
+            assert_eq!(row_group, 0);
+            assert_eq!(column, "id");
+        }
+        other => panic!("expected Truncated, got {other:?}"),
+    }
+
+    // A footer length that points before the start of the file.
+    let mut bad_len = bytes.clone();
+    let n = bad_len.len();
+    bad_len[n - 8..n - 4].copy_from_slice(&(u32::MAX / 2).to_le_bytes());
+    let bad_len_path = dir.path().join("badlen.parquet");
+    std::fs::write(&bad_len_path, &bad_len).unwrap();
+    let err = ReadPlan::new(&bad_len_path, &ReadOptions::new()).unwrap_err();
+    assert!(matches!(err, Error::NotParquet { .. } | Error::Metadata { .. }), "{err:?}");
+
+    let missing = dir.path().join("missing.parquet");
+    assert!(matches!(ReadPlan::new(&missing, &ReadOptions::new()), Err(Error::Io { .. })));
+}
+
+#[test]
+fn io_knobs_from_options_are_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let err = ReadPlan::new(&path, &ReadOptions::new().with_task_size(10)).unwrap_err();
+    assert!(matches!(err, Error::InvalidOptions(_)));
+}
+
+#[test]
+fn plans_real_files_from_other_writers() {
+    let Some(dir) = common::parquet_testing_dir() else { return };
+    let mut planned = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "parquet") {
+            continue;
+        }
+        // Every file either plans, or fails with a gpq error (never a panic).
+        match ReadPlan::new(&path, &ReadOptions::new()) {
+            Ok(plan) => {
+                planned += 1;
+                for c in &plan.chunks {
+                    assert!(c.file_offset + c.len <= plan.file_size);
+                }
+            }
+            Err(e) => eprintln!("{}: {e}", path.display()),
+        }
+    }
+    assert!(planned > 20, "only {planned} files planned");
+}
