@@ -12,6 +12,8 @@
 
 #![warn(missing_docs)]
 
+pub mod arrow;
+pub mod decode;
 pub mod error;
 pub mod gpu;
 pub mod io;
@@ -19,9 +21,10 @@ pub mod options;
 pub mod plan;
 
 pub use error::{Error, Result};
-pub use options::{ColumnSelector, IoOptions, IoPath, ReadOptions};
+pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, ReadOptions};
 pub use plan::ReadPlan;
 pub mod tpch;
 pub mod reader;
 
-pub use reader::{DeviceChunks, read_column_chunks};
+pub use reader::{DeviceChunks, read_column_chunks, read_parquet_to_device};
+pub use arrow::{DeviceColumn, DeviceTable, ReadStats};

@@ -208,6 +208,30 @@ pub fn parse_size(s: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// Which decompressor to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecompressMode {
+    /// nvCOMP where it is available and handles the codec, else the CPU.
+    #[default]
+    Auto,
+    /// nvCOMP only; a codec or machine it cannot serve is an error.
+    Nvcomp,
+    /// The CPU only.
+    Cpu,
+}
+
+impl std::str::FromStr for DecompressMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(DecompressMode::Auto),
+            "nvcomp" | "gpu" => Ok(DecompressMode::Nvcomp),
+            "cpu" => Ok(DecompressMode::Cpu),
+            o => Err(Error::InvalidOptions(format!("unknown decompression mode {o:?}; expected auto, nvcomp or cpu"))),
+        }
+    }
+}
+
 /// Everything a read can be told.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReadOptions {
@@ -219,6 +243,8 @@ pub struct ReadOptions {
     pub io: IoOptions,
     /// CUDA device ordinal.
     pub device: usize,
+    /// Which decompressor to use; [`DecompressMode::Auto`] defers to `GPQ_DECOMPRESS`.
+    pub decompress: DecompressMode,
 }
 
 impl ReadOptions {
@@ -265,6 +291,20 @@ impl ReadOptions {
     pub fn with_merge_gap(mut self, bytes: u64) -> Self {
         self.io.merge_gap = bytes;
         self
+    }
+
+    /// Choose the decompressor.
+    pub fn with_decompress(mut self, mode: DecompressMode) -> Self {
+        self.decompress = mode;
+        self
+    }
+
+    /// The decompressor after applying `GPQ_DECOMPRESS`.
+    pub fn resolved_decompress(&self) -> Result<DecompressMode> {
+        match (self.decompress, std::env::var("GPQ_DECOMPRESS")) {
+            (DecompressMode::Auto, Ok(v)) => v.parse(),
+            (m, _) => Ok(m),
+        }
     }
 
     /// Use the CUDA device with this ordinal.

@@ -1,9 +1,15 @@
 //! One [`GpuContext`] per device and process: the primary context, device
 //! properties, the stream-ordered memory pool, the compiled kernels and the
 //! pinned staging buffers the bounce IO path reuses between reads.
+//!
+//! With the `emulator` feature a context can also be the CPU emulator
+//! ([`GpuContext::emulated`]): device memory is host memory and kernels run
+//! on the CPU. It exists for testing kernel logic without a GPU.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use cudarc::driver::sys;
 use tracing::{debug, info};
@@ -12,11 +18,16 @@ use super::check;
 use super::kernels::Kernels;
 use crate::error::{Error, Result};
 
-/// A CUDA device with its primary context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Backend {
+    Cuda { ctx: sys::CUcontext, pool: sys::CUmemoryPool },
+    Emulated,
+}
+
+/// A CUDA device with its primary context (or the CPU emulator).
 pub struct GpuContext {
     ordinal: usize,
-    ctx: sys::CUcontext,
-    pool: sys::CUmemoryPool,
+    pub(crate) backend: Backend,
     /// Device name as the driver reports it.
     pub name: String,
     /// Compute capability (major, minor).
@@ -36,6 +47,11 @@ unsafe impl Sync for GpuContext {}
 
 static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
 static DRIVER: OnceLock<Result<i32, String>> = OnceLock::new();
+static EMULATE: AtomicBool = AtomicBool::new(false);
+static EMULATED: OnceLock<Arc<GpuContext>> = OnceLock::new();
+
+/// Memory the emulated device pretends to have.
+const EMULATED_MEMORY: u64 = 8 << 30;
 
 /// Loads the driver library and initialises it once; returns the device count.
 fn driver() -> Result<i32> {
@@ -60,14 +76,36 @@ fn driver() -> Result<i32> {
         .map_err(|reason| Error::NoCudaDevice { reason })
 }
 
-/// Whether a CUDA device can be used, without creating a context.
+/// Whether a real CUDA device can be used, without creating a context.
 pub fn device_available() -> bool {
     driver().is_ok()
+}
+
+/// Whether this build carries the CPU emulator.
+pub fn emulator_compiled() -> bool {
+    cfg!(feature = "emulator")
+}
+
+/// Routes every later [`GpuContext::get`] in this process to the CPU emulator
+/// (also enabled by `GPQ_EMULATE=1`). Fails without the `emulator` feature.
+pub fn use_emulator() -> Result<()> {
+    if !emulator_compiled() {
+        return Err(Error::NoCudaDevice { reason: "gpq was built without the `emulator` feature".into() });
+    }
+    EMULATE.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+fn emulation_requested() -> bool {
+    EMULATE.load(Ordering::SeqCst) || (emulator_compiled() && std::env::var("GPQ_EMULATE").is_ok_and(|v| v == "1"))
 }
 
 impl GpuContext {
     /// The context of device `ordinal`, created on first use.
     pub fn get(ordinal: usize) -> Result<Arc<GpuContext>> {
+        if emulation_requested() {
+            return Self::emulated();
+        }
         let count = driver()?;
         if ordinal >= count as usize {
             return Err(Error::NoCudaDevice { reason: format!("device {ordinal} requested, {count} present") });
@@ -81,6 +119,27 @@ impl GpuContext {
         let ctx = Arc::new(Self::create(ordinal)?);
         map.insert(ordinal, ctx.clone());
         Ok(ctx)
+    }
+
+    /// The CPU emulator as a device (needs the `emulator` feature).
+    pub fn emulated() -> Result<Arc<GpuContext>> {
+        if !emulator_compiled() {
+            return Err(Error::NoCudaDevice { reason: "gpq was built without the `emulator` feature".into() });
+        }
+        Ok(EMULATED
+            .get_or_init(|| {
+                Arc::new(GpuContext {
+                    ordinal: 0,
+                    backend: Backend::Emulated,
+                    name: "gpq CPU emulator".into(),
+                    compute_capability: (9, 0),
+                    sm_count: 4,
+                    total_memory: EMULATED_MEMORY,
+                    kernels: OnceLock::new(),
+                    staging: Mutex::new(Vec::new()),
+                })
+            })
+            .clone())
     }
 
     fn create(ordinal: usize) -> Result<GpuContext> {
@@ -122,8 +181,7 @@ impl GpuContext {
             info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, "CUDA device ready");
             Ok(GpuContext {
                 ordinal,
-                ctx,
-                pool,
+                backend: Backend::Cuda { ctx, pool },
                 name,
                 compute_capability: (major, minor),
                 sm_count,
@@ -139,18 +197,25 @@ impl GpuContext {
         self.ordinal
     }
 
-    /// Makes this context current on the calling thread.
-    pub fn bind(&self) -> Result<()> {
-        // SAFETY: the context is retained for the life of the process.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    /// Whether this is the CPU emulator rather than a GPU.
+    pub fn is_emulated(&self) -> bool {
+        matches!(self.backend, Backend::Emulated)
     }
 
-    pub(crate) fn pool(&self) -> sys::CUmemoryPool {
-        self.pool
+    /// Makes this context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        match self.backend {
+            // SAFETY: the context is retained for the life of the process.
+            Backend::Cuda { ctx, .. } => check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) }),
+            Backend::Emulated => Ok(()),
+        }
     }
 
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(u64, u64)> {
+        if self.is_emulated() {
+            return Ok((self.total_memory, self.total_memory));
+        }
         self.bind()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out pointers; context is current.
@@ -160,6 +225,9 @@ impl GpuContext {
 
     /// Creates a new non-blocking stream.
     pub fn new_stream(self: &Arc<Self>) -> Result<Arc<GpuStream>> {
+        if self.is_emulated() {
+            return Ok(Arc::new(GpuStream { stream: std::ptr::null_mut(), ctx: self.clone() }));
+        }
         self.bind()?;
         let mut s = std::ptr::null_mut();
         // SAFETY: valid out pointer; context is current.
@@ -175,7 +243,11 @@ impl GpuContext {
         self.kernels
             .get_or_init(|| {
                 let t = std::time::Instant::now();
-                let k = Kernels::load(self.compute_capability).map(Arc::new).map_err(|e| e.to_string());
+                let k = if self.is_emulated() {
+                    Ok(Arc::new(Kernels::emulated()))
+                } else {
+                    Kernels::load(self.compute_capability).map(Arc::new).map_err(|e| e.to_string())
+                };
                 debug!(elapsed_ms = t.elapsed().as_secs_f64() * 1e3, ok = k.is_ok(), "kernels loaded");
                 k
             })
@@ -211,7 +283,7 @@ unsafe impl Send for GpuStream {}
 unsafe impl Sync for GpuStream {}
 
 impl GpuStream {
-    /// The raw handle.
+    /// The raw handle (null on the emulator).
     pub fn raw(&self) -> sys::CUstream {
         self.stream
     }
@@ -223,6 +295,9 @@ impl GpuStream {
 
     /// Blocks until all work queued on the stream is done.
     pub fn synchronize(&self) -> Result<()> {
+        if self.ctx.is_emulated() {
+            return Ok(());
+        }
         self.ctx.bind()?;
         // SAFETY: the stream is alive.
         check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream) })
@@ -237,13 +312,40 @@ impl GpuStream {
 
     /// Makes this stream wait for `event`.
     pub fn wait(&self, event: &GpuEvent) -> Result<()> {
-        // SAFETY: both handles are alive.
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.stream, event.raw, 0) })
+        match event.raw {
+            EventRaw::Cuda(e) => {
+                // SAFETY: both handles are alive.
+                check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.stream, e, 0) })
+            }
+            EventRaw::Emulated(_) => Ok(()),
+        }
+    }
+
+    /// Queues a copy of `len` bytes from host memory `src` to device address `dst`.
+    ///
+    /// # Safety
+    /// `src` must stay valid and unchanged until the copy completes (for
+    /// pinned memory: until the stream passes this point); `dst..dst+len` must
+    /// lie in one live device allocation.
+    pub unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if self.ctx.is_emulated() {
+            // SAFETY: delegated to the caller; emulated device memory is host memory.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, len) };
+            return Ok(());
+        }
+        // SAFETY: delegated to the caller.
+        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.stream) })
     }
 }
 
 impl Drop for GpuStream {
     fn drop(&mut self) {
+        if self.ctx.is_emulated() {
+            return;
+        }
         let _ = self.ctx.bind();
         // SAFETY: the stream is not used after this; pending work completes first.
         unsafe {
@@ -253,9 +355,14 @@ impl Drop for GpuStream {
     }
 }
 
+enum EventRaw {
+    Cuda(sys::CUevent),
+    Emulated(Mutex<Option<Instant>>),
+}
+
 /// A CUDA event.
 pub struct GpuEvent {
-    raw: sys::CUevent,
+    raw: EventRaw,
     _ctx: Arc<GpuContext>,
 }
 
@@ -265,6 +372,9 @@ unsafe impl Sync for GpuEvent {}
 impl GpuEvent {
     /// Creates an event; `timing` enables elapsed-time queries.
     pub fn new(ctx: &Arc<GpuContext>, timing: bool) -> Result<GpuEvent> {
+        if ctx.is_emulated() {
+            return Ok(GpuEvent { raw: EventRaw::Emulated(Mutex::new(None)), _ctx: ctx.clone() });
+        }
         ctx.bind()?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
@@ -274,35 +384,58 @@ impl GpuEvent {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out pointer.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
-        Ok(GpuEvent { raw, _ctx: ctx.clone() })
+        Ok(GpuEvent { raw: EventRaw::Cuda(raw), _ctx: ctx.clone() })
     }
 
     /// Records the event on `stream`.
     pub fn record(&self, stream: &GpuStream) -> Result<()> {
-        // SAFETY: both handles are alive.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.raw()) })
+        match &self.raw {
+            // SAFETY: both handles are alive.
+            EventRaw::Cuda(e) => check("cuEventRecord", unsafe { sys::cuEventRecord(*e, stream.raw()) }),
+            EventRaw::Emulated(t) => {
+                *t.lock().unwrap() = Some(Instant::now());
+                Ok(())
+            }
+        }
     }
 
     /// Blocks until the event has completed.
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: the event is alive.
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })
+        match &self.raw {
+            // SAFETY: the event is alive.
+            EventRaw::Cuda(e) => check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(*e) }),
+            EventRaw::Emulated(_) => Ok(()),
+        }
     }
 
     /// Milliseconds between `start` and this event (both completed).
     pub fn elapsed_ms_since(&self, start: &GpuEvent) -> Result<f32> {
-        let mut ms = 0f32;
-        // SAFETY: both events were recorded with timing enabled.
-        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.raw, self.raw) })?;
-        Ok(ms)
+        match (&self.raw, &start.raw) {
+            (EventRaw::Cuda(end), EventRaw::Cuda(begin)) => {
+                let mut ms = 0f32;
+                // SAFETY: both events were recorded with timing enabled.
+                check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, *begin, *end) })?;
+                Ok(ms)
+            }
+            (EventRaw::Emulated(end), EventRaw::Emulated(begin)) => {
+                let (e, b) = (*end.lock().unwrap(), *begin.lock().unwrap());
+                Ok(match (e, b) {
+                    (Some(e), Some(b)) => e.saturating_duration_since(b).as_secs_f32() * 1e3,
+                    _ => 0.0,
+                })
+            }
+            _ => Err(Error::InvalidOptions("events of different backends".into())),
+        }
     }
 }
 
 impl Drop for GpuEvent {
     fn drop(&mut self) {
-        // SAFETY: not used after this.
-        unsafe {
-            sys::cuEventDestroy_v2(self.raw);
+        if let EventRaw::Cuda(e) = self.raw {
+            // SAFETY: not used after this.
+            unsafe {
+                sys::cuEventDestroy_v2(e);
+            }
         }
     }
 }

@@ -23,6 +23,12 @@ use crate::error::{Error, Result};
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("checksum.cu", include_str!("kernels/checksum.cu")),
+    ("page_headers.cu", include_str!("kernels/page_headers.cu")),
+    ("rle.cuh", include_str!("kernels/rle.cuh")),
+    ("page_decode.cuh", include_str!("kernels/page_decode.cuh")),
+    ("decode_values.cu", include_str!("kernels/decode_values.cu")),
+    ("decode_strings.cu", include_str!("kernels/decode_strings.cu")),
+    ("copy.cu", include_str!("kernels/copy.cu")),
 ];
 
 /// Options every compile uses (the architecture is added per device).
@@ -157,9 +163,10 @@ pub fn cubin_for(arch: &str) -> Result<Vec<u8>> {
     Ok(cubin)
 }
 
-/// The loaded kernel module of one context.
+/// The loaded kernel module of one context (or the emulator's kernel table).
 pub struct Kernels {
     module: sys::CUmodule,
+    emulated: bool,
     functions: std::sync::Mutex<HashMap<&'static str, usize>>,
 }
 
@@ -176,7 +183,12 @@ impl Kernels {
         // SAFETY: the image is a complete cubin that stays alive for the call.
         let r = unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) };
         check("cuModuleLoadData", r).map_err(|e| Error::Kernel { stage: "load", log: e.to_string() })?;
-        Ok(Kernels { module, functions: Default::default() })
+        Ok(Kernels { module, emulated: false, functions: Default::default() })
+    }
+
+    /// The emulator's kernels (compiled into the binary with the `emulator` feature).
+    pub fn emulated() -> Kernels {
+        Kernels { module: std::ptr::null_mut(), emulated: true, functions: Default::default() }
     }
 
     fn function(&self, name: &'static str) -> Result<sys::CUfunction> {
@@ -211,6 +223,9 @@ impl Kernels {
         if grid == 0 {
             return Ok(());
         }
+        if self.emulated {
+            return emulated_launch(name, grid, block, args);
+        }
         let f = self.function(name)?;
         let mut ptrs = args.pointers();
         // SAFETY: delegated to the caller (see above).
@@ -224,8 +239,37 @@ impl Kernels {
     }
 }
 
+#[cfg(feature = "emulator")]
+unsafe extern "C" {
+    fn gpq_emu_launch(name: *const i8, grid: u32, block: u32, args: *mut *mut c_void, err: *mut i8, err_len: usize) -> i32;
+}
+
+#[cfg(feature = "emulator")]
+fn emulated_launch(name: &'static str, grid: u32, block: u32, args: &mut KernelArgs) -> Result<()> {
+    let cname = CString::new(name).unwrap();
+    let mut ptrs = args.pointers();
+    let mut err = [0i8; 512];
+    // SAFETY: the emulator reads each argument with the kernel's own types;
+    // the caller guarantees they match (see `launch`).
+    let rc = unsafe { gpq_emu_launch(cname.as_ptr(), grid, block, ptrs.as_mut_ptr(), err.as_mut_ptr(), err.len()) };
+    if rc == 0 {
+        return Ok(());
+    }
+    // SAFETY: the emulator wrote a NUL-terminated message.
+    let msg = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
+    Err(Error::Kernel { stage: "emulator", log: msg })
+}
+
+#[cfg(not(feature = "emulator"))]
+fn emulated_launch(name: &'static str, _grid: u32, _block: u32, _args: &mut KernelArgs) -> Result<()> {
+    Err(Error::Kernel { stage: "emulator", log: format!("kernel {name}: built without the emulator") })
+}
+
 impl Drop for Kernels {
     fn drop(&mut self) {
+        if self.emulated {
+            return;
+        }
         // SAFETY: no launches are pending once the owning context drops its kernels.
         unsafe {
             sys::cuModuleUnload(self.module);

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::check;
-use super::context::{GpuContext, GpuStream};
+use super::context::{Backend, GpuContext, GpuStream};
 use crate::error::{Error, Result};
 
 enum Alloc {
     /// From the device's memory pool, ordered on a stream.
     Pool(Arc<GpuStream>),
+    /// Host memory standing in for device memory on the emulator.
+    Emulated,
     /// `cuMemAlloc`: needed for cuFile buffer registration.
     Plain,
     /// Zero bytes: no allocation.
@@ -44,10 +46,14 @@ impl DeviceBuffer {
         if len == 0 {
             return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx });
         }
+        let pool = match ctx.backend {
+            Backend::Cuda { pool, .. } => pool,
+            Backend::Emulated => return emulated_alloc(&ctx, len, what),
+        };
         ctx.bind()?;
         let mut ptr = 0;
         // SAFETY: valid out pointer; pool and stream belong to this context.
-        let r = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, len as usize, ctx.pool(), stream.raw()) };
+        let r = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, len as usize, pool, stream.raw()) };
         if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             return Err(out_of_memory(&ctx, len, what));
         }
@@ -59,6 +65,9 @@ impl DeviceBuffer {
     pub fn alloc_plain(ctx: &Arc<GpuContext>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
         if len == 0 {
             return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx: ctx.clone() });
+        }
+        if ctx.is_emulated() {
+            return emulated_alloc(ctx, len, what);
         }
         ctx.bind()?;
         let mut ptr = 0;
@@ -74,14 +83,9 @@ impl DeviceBuffer {
     /// Allocates and copies `data` in, ordered on `stream` (synchronous with respect to `data`).
     pub fn from_host(stream: &Arc<GpuStream>, data: &[u8], what: &'static str) -> Result<DeviceBuffer> {
         let buf = Self::alloc(stream, data.len() as u64, what)?;
-        if !data.is_empty() {
-            // SAFETY: buf holds data.len() bytes; the copy is synchronous for pageable memory
-            // only up to staging, so synchronize before `data` may go away.
-            check("cuMemcpyHtoDAsync", unsafe {
-                sys::cuMemcpyHtoDAsync_v2(buf.ptr, data.as_ptr().cast(), data.len(), stream.raw())
-            })?;
-            stream.synchronize()?;
-        }
+        // SAFETY: buf holds data.len() bytes; the stream is synchronized before `data` may go away.
+        unsafe { stream.copy_htod_async(buf.ptr, data.as_ptr(), data.len())? };
+        stream.synchronize()?;
         Ok(buf)
     }
 
@@ -124,6 +128,11 @@ impl DeviceBuffer {
         if len == 0 {
             return Ok(());
         }
+        if let Alloc::Emulated = self.alloc {
+            // SAFETY: range checked above; emulated device memory is host memory.
+            unsafe { std::ptr::copy_nonoverlapping((self.ptr + offset) as *const u8, out.as_mut_ptr(), out.len()) };
+            return Ok(());
+        }
         self.ctx.bind()?;
         if let Alloc::Pool(s) = &self.alloc {
             s.synchronize()?;
@@ -144,6 +153,11 @@ impl DeviceBuffer {
         if self.len == 0 {
             return Ok(());
         }
+        if let Alloc::Emulated = self.alloc {
+            // SAFETY: the buffer is alive; the memset stays inside it.
+            unsafe { std::ptr::write_bytes(self.ptr as *mut u8, value, self.len as usize) };
+            return Ok(());
+        }
         // SAFETY: the buffer is alive; the memset stays inside it.
         check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(self.ptr, value, self.len as usize, stream.raw()) })
     }
@@ -161,10 +175,27 @@ impl Drop for DeviceBuffer {
                 Alloc::Plain => {
                     sys::cuMemFree_v2(self.ptr);
                 }
+                Alloc::Emulated => std::alloc::dealloc(self.ptr as *mut u8, emulated_layout(self.len as usize)),
                 Alloc::Empty => {}
             }
         }
     }
+}
+
+fn emulated_layout(len: usize) -> std::alloc::Layout {
+    std::alloc::Layout::from_size_align(len.max(1), 4096).expect("valid layout")
+}
+
+fn emulated_alloc(ctx: &Arc<GpuContext>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
+    if len > ctx.total_memory {
+        return Err(out_of_memory(ctx, len, what));
+    }
+    // SAFETY: non-zero size; freed with the same layout on drop.
+    let p = unsafe { std::alloc::alloc(emulated_layout(len as usize)) };
+    if p.is_null() {
+        return Err(out_of_memory(ctx, len, what));
+    }
+    Ok(DeviceBuffer { ptr: p as u64, len, alloc: Alloc::Emulated, ctx: ctx.clone() })
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -186,6 +217,14 @@ unsafe impl Sync for PinnedBuffer {}
 impl PinnedBuffer {
     /// Allocates `len` bytes of pinned memory (page-aligned).
     pub fn new(ctx: &Arc<GpuContext>, len: usize) -> Result<PinnedBuffer> {
+        if ctx.is_emulated() {
+            // SAFETY: non-zero size; freed with the same layout on drop.
+            let p = unsafe { std::alloc::alloc(emulated_layout(len)) };
+            if p.is_null() {
+                return Err(Error::InvalidOptions(format!("host allocation of {len} bytes failed")));
+            }
+            return Ok(PinnedBuffer { ptr: p, len, ctx: ctx.clone() });
+        }
         ctx.bind()?;
         let mut p = std::ptr::null_mut();
         // SAFETY: valid out pointer; portable so any context may use it.
@@ -223,6 +262,11 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
+        if self.ctx.is_emulated() {
+            // SAFETY: allocated with this layout in `new`.
+            unsafe { std::alloc::dealloc(self.ptr, emulated_layout(self.len)) };
+            return;
+        }
         let _ = self.ctx.bind();
         // SAFETY: allocated by cuMemHostAlloc and not used again.
         unsafe {

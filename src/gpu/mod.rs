@@ -32,12 +32,20 @@ pub(crate) fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
 ///
 /// With `GPQ_REQUIRE_GPU=1` a missing device is a test failure instead, so a
 /// device run cannot pass by skipping.
+///
+/// Without a GPU, a build with the `emulator` feature runs the test on the
+/// CPU emulator instead (and says so), so kernel logic is still exercised.
 pub fn test_device() -> Option<std::sync::Arc<GpuContext>> {
     match GpuContext::get(0) {
         Ok(ctx) => Some(ctx),
         Err(e) => {
             if std::env::var("GPQ_REQUIRE_GPU").is_ok_and(|v| v == "1") {
                 panic!("GPQ_REQUIRE_GPU=1 but no usable GPU: {e}");
+            }
+            if context::emulator_compiled() {
+                eprintln!("NOTE: no GPU ({e}); running on the CPU emulator");
+                context::use_emulator().ok()?;
+                return GpuContext::get(0).ok();
             }
             eprintln!("SKIPPED (no GPU): {e}");
             None

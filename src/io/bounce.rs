@@ -14,11 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use cudarc::driver::sys;
-
 use crate::error::{Error, Result};
 use crate::gpu::context::GpuEvent;
-use crate::gpu::{DeviceBuffer, GpuContext, GpuStream, PinnedBuffer, check};
+use crate::gpu::{DeviceBuffer, GpuContext, GpuStream, PinnedBuffer};
 use crate::options::IO_ALIGNMENT;
 use crate::plan::IoLayout;
 
@@ -144,9 +142,7 @@ fn worker(
         debug_assert!(task.device_offset + task.len <= dst.len());
         // SAFETY: the source stays untouched until events[b] completes; the
         // destination range lies inside `dst`, which outlives the scope.
-        check("cuMemcpyHtoDAsync", unsafe {
-            sys::cuMemcpyHtoDAsync_v2(dst.ptr() + task.device_offset, buf.as_ptr().cast(), len, slot.stream.raw())
-        })?;
+        unsafe { slot.stream.copy_htod_async(dst.ptr() + task.device_offset, buf.as_ptr(), len)? };
         slot.events[b].record(&slot.stream)?;
     }
 }

@@ -277,6 +277,9 @@ pub fn read(
 ) -> Result<()> {
     let unavailable = |reason: String| Error::CufileUnavailable { mode: mode.name(), reason };
     check_available(mode).map_err(unavailable)?;
+    if ctx.is_emulated() {
+        return Err(unavailable("the device is the CPU emulator".into()));
+    }
     let driver = driver().map_err(unavailable)?;
     ctx.bind()?;
 

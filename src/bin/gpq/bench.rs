@@ -20,6 +20,30 @@ pub struct BenchArgs {
 pub enum BenchWhat {
     /// Raw IO throughput: all column chunks of a file into device memory, per path and thread count.
     Io(IoBenchArgs),
+    /// Full reads (plan, IO, page headers, decompression, decode) of column sets of one file.
+    Decode(DecodeBenchArgs),
+}
+
+/// Arguments of `gpq bench decode`.
+#[derive(Args)]
+pub struct DecodeBenchArgs {
+    /// The Parquet file.
+    pub file: PathBuf,
+    /// Column sets, separated by ';' (columns within a set by ','); "all" reads every column.
+    #[arg(long, default_value = "all;l_orderkey;l_extendedprice;l_shipdate;l_comment")]
+    pub sets: String,
+    /// Timed repetitions per set (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
+    /// IO path.
+    #[arg(long, default_value = "auto")]
+    pub io: String,
+    /// IO threads (default: GPQ_IO_THREADS, else cores up to 16).
+    #[arg(long)]
+    pub io_threads: Option<usize>,
+    /// Decompressor: auto, nvcomp or cpu.
+    #[arg(long, default_value = "auto")]
+    pub decompress: String,
 }
 
 /// Arguments of `gpq bench io`.
@@ -47,6 +71,7 @@ pub struct IoBenchArgs {
 pub fn run(args: BenchArgs) -> gpq::Result<ExitCode> {
     match args.what {
         BenchWhat::Io(a) => io(a),
+        BenchWhat::Decode(a) => decode(a),
     }
 }
 
@@ -97,6 +122,48 @@ fn io(args: IoBenchArgs) -> gpq::Result<ExitCode> {
                 }
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn decode(args: DecodeBenchArgs) -> gpq::Result<ExitCode> {
+    let file_size = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
+    println!("file {} ({}), median of {} after one warm-up", args.file.display(), human_bytes(file_size), args.repeat);
+    println!("\n| columns | rows | median s | plan ms | io ms | headers ms | decompress ms | decode ms | io path | decompression | file GB/s |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |");
+    for set in args.sets.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let mut o = ReadOptions::new().with_io_path(args.io.parse()?).with_decompress(args.decompress.parse()?);
+        if let Some(t) = args.io_threads {
+            o = o.with_io_threads(t);
+        }
+        if set != "all" {
+            o = o.with_columns(set.split(',').map(str::trim));
+        }
+        let mut runs = Vec::new();
+        for i in 0..=args.repeat {
+            let t = gpq::read_parquet_to_device(&args.file, &o)?;
+            if i > 0 {
+                runs.push(t.stats.clone());
+            }
+            drop(t);
+        }
+        runs.sort_by(|a, b| a.total.cmp(&b.total));
+        let m = &runs[runs.len() / 2];
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let io = m.io.as_ref().expect("io stats");
+        let rows = gpq::ReadPlan::new(&args.file, &o)?.num_rows;
+        println!(
+            "| {set} | {rows} | {:.4} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.1} |",
+            m.total.as_secs_f64(),
+            ms(m.plan),
+            ms(io.wall),
+            ms(m.page_headers),
+            ms(m.decompress),
+            ms(m.decode),
+            io.path,
+            m.decompression.path(),
+            io.bytes_read as f64 / m.total.as_secs_f64() / 1e9
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -31,9 +31,13 @@ pub struct ReadArgs {
     /// Only move the column-chunk bytes (no decode).
     #[arg(long)]
     pub io_only: bool,
-    /// After the read, check on the device that every chunk's bytes match the file.
+    /// With --io-only: check on the device that every chunk's bytes match the file.
+    /// Otherwise: compare the decoded columns with arrow-rs reading the same file.
     #[arg(long)]
     pub verify: bool,
+    /// Decompressor: auto (nvCOMP where possible), nvcomp, or cpu.
+    #[arg(long, default_value = "auto")]
+    pub decompress: String,
 }
 
 pub fn files_in(path: &Path) -> gpq::Result<Vec<PathBuf>> {
@@ -61,10 +65,14 @@ pub fn options_from(args: &ReadArgs) -> gpq::Result<ReadOptions> {
     if let Some(t) = args.io_threads {
         o = o.with_io_threads(t);
     }
+    o = o.with_decompress(args.decompress.parse()?);
     Ok(o)
 }
 
 pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
+    if !args.io_only {
+        return run_decode(&args);
+    }
     let options = options_from(&args)?;
     for file in files_in(&args.path)? {
         let mut secs = Vec::new();
@@ -94,4 +102,77 @@ pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
+    let options = options_from(args)?;
+    let mut failed = false;
+    for file in files_in(&args.path)? {
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat.max(1) {
+            runs.push(gpq::read_parquet_to_device(&file, &options)?);
+        }
+        let mut totals: Vec<f64> = runs.iter().map(|t| t.stats.total.as_secs_f64()).collect();
+        let med = median(&mut totals);
+        let table = runs.iter().min_by(|a, b| {
+            (a.stats.total.as_secs_f64() - med).abs().total_cmp(&(b.stats.total.as_secs_f64() - med).abs())
+        }).expect("one run");
+        let s = &table.stats;
+        let io = s.io.as_ref().expect("io stats");
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        println!("{}", file.display());
+        println!("  rows x cols:   {} x {}", table.num_rows, table.columns.len());
+        println!("  IO path:       {} ({})", io.path, io.reason);
+        println!("  decompression: {}{}", s.decompression.path(), match &s.decompression.fallback {
+            Some(f) => format!(" (CPU fallback: {f})"),
+            None => String::new(),
+        });
+        println!("  pages:         {} ({} on GPU, {} on CPU decompressed)", s.pages, s.decompression.gpu_pages, s.decompression.cpu_pages);
+        println!(
+            "  stages (ms):   plan {:.2} | io {:.2} | page headers {:.2} | decompress {:.2} | decode {:.2} | total {:.2}",
+            ms(s.plan), ms(io.wall), ms(s.page_headers), ms(s.decompress), ms(s.decode), ms(s.total)
+        );
+        println!(
+            "  throughput:    {:.2} GB/s of file bytes, {:.2} GB/s decoded ({} in, {} out; median of {})",
+            io.bytes_read as f64 / med / 1e9,
+            s.decoded_bytes as f64 / med / 1e9,
+            human_bytes(io.bytes_read),
+            human_bytes(s.decoded_bytes),
+            runs.len()
+        );
+        if args.verify {
+            let got = table.to_record_batch()?;
+            let expected = arrow_rs_read(&file, &options)?;
+            let same = got.num_rows() == expected.num_rows()
+                && got.columns().iter().zip(expected.columns()).all(|(a, b)| a == b);
+            println!("  verify:        {}", if same { "equal to arrow-rs" } else { "DIFFERS from arrow-rs" });
+            failed |= !same;
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// What arrow-rs reads for the same selection, as one batch.
+pub fn arrow_rs_read(file: &Path, options: &ReadOptions) -> gpq::Result<arrow::array::RecordBatch> {
+    use arrow::array::RecordBatchReader;
+    use parquet::arrow::ProjectionMask;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let plan = gpq::ReadPlan::new(file, options)?;
+    let perr = |source| gpq::Error::Metadata { file: file.to_path_buf(), source };
+    let f = std::fs::File::open(file).map_err(|source| gpq::Error::Io { file: file.to_path_buf(), offset: 0, len: 0, source })?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(perr)?;
+    let leaves: Vec<usize> = plan.columns.iter().flat_map(|c| c.leaves.iter().map(|l| l.leaf_index)).collect();
+    let mask = ProjectionMask::leaves(builder.parquet_schema(), leaves);
+    let reader = builder.with_projection(mask).with_row_groups(plan.row_groups.clone()).build().map_err(perr)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    // arrow-rs returns file order; put columns in gpq's order.
+    let cols = plan
+        .schema
+        .fields()
+        .iter()
+        .map(|f| batch.column_by_name(f.name()).cloned().expect("projected column"))
+        .collect();
+    Ok(arrow::array::RecordBatch::try_new(plan.schema.clone(), cols)?)
 }

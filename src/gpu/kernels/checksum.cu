@@ -3,9 +3,8 @@
 // sum over i of (byte[i] + 1) * (i * 0x9E3779B97F4A7C15 + 1), wrapping at 2^64.
 
 extern "C" __global__ void gpq_span_checksum(const u8* base, const u64* offsets, const u64* lengths,
-                                              u32 num_spans, u64* out) {
-  // blockIdx.x enumerates (span, slice) pairs; 64 slices per span.
-  const u32 slices = 64;
+                                              u32 num_spans, u32 slices, u64* out) {
+  // blockIdx.x enumerates (span, slice) pairs.
   u32 span = blockIdx.x / slices;
   u32 slice = blockIdx.x % slices;
   if (span >= num_spans) return;

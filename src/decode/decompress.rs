@@ -1,0 +1,380 @@
+//! Stage 2: decompression.
+//!
+//! Every compressed page gets a slot in one output buffer, laid out so its
+//! values start on a 256-byte boundary; a v2 page's uncompressed level bytes
+//! are copied just in front, so each page ends up contiguous
+//! (`[levels][values]`) for the decoders. Pages of one codec go to nvCOMP in
+//! one batched call, largest first. Codecs nvCOMP lacks (BROTLI, Hadoop LZ4),
+//! and every codec where nvCOMP is missing or not wanted, are decompressed on
+//! the CPU with several threads; that fallback is logged and counted in the
+//! statistics. Uncompressed pages are decoded where they lie.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parquet::basic::Compression;
+use tracing::{info, warn};
+
+use super::descriptors::{CopyDesc, PageInfo, as_bytes, from_bytes, page_type};
+use super::nvcomp::{self, Codec};
+use super::pages::{PageTable, corrupt};
+use crate::error::{Error, Result};
+use crate::gpu::{DeviceBuffer, GpuStream, KernelArgs};
+use crate::plan::ReadPlan;
+pub use crate::options::DecompressMode;
+
+/// What decompression did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DecompressStats {
+    /// Pages decompressed by nvCOMP.
+    pub gpu_pages: usize,
+    /// Pages decompressed on the CPU.
+    pub cpu_pages: usize,
+    /// Compressed bytes in.
+    pub compressed_bytes: u64,
+    /// Bytes out.
+    pub decompressed_bytes: u64,
+    /// nvCOMP version used, if any.
+    pub nvcomp_version: Option<String>,
+    /// Why pages went to the CPU, if any did.
+    pub fallback: Option<String>,
+}
+
+impl DecompressStats {
+    /// `none`, `nvcomp`, `cpu` or `nvcomp+cpu`.
+    pub fn path(&self) -> &'static str {
+        match (self.gpu_pages > 0, self.cpu_pages > 0) {
+            (false, false) => "none",
+            (true, false) => "nvcomp",
+            (false, true) => "cpu",
+            (true, true) => "nvcomp+cpu",
+        }
+    }
+}
+
+/// Where each page's uncompressed bytes are.
+pub struct Decompressed {
+    /// Per page of the table: (device address, bytes).
+    pub pages: Vec<(u64, u32)>,
+    /// Owns the decompressed pages.
+    pub buffer: DeviceBuffer,
+    /// What happened.
+    pub stats: DecompressStats,
+}
+
+struct Job {
+    page: usize,
+    codec: Compression,
+    input: u64,
+    input_len: usize,
+    /// Offset of the values in the output buffer.
+    out_offset: u64,
+    out_len: usize,
+}
+
+const SLOT_ALIGN: u64 = 256;
+
+/// Decompresses every compressed page of `table`.
+pub fn decompress(
+    plan: &ReadPlan,
+    table: &PageTable,
+    raw: &DeviceBuffer,
+    stream: &Arc<GpuStream>,
+    mode: DecompressMode,
+) -> Result<Decompressed> {
+    let mut pages = vec![(0u64, 0u32); table.pages.len()];
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut level_copies: Vec<(u64, u64, u64)> = Vec::new(); // (src, dst offset, len)
+    let mut in_buffer: Vec<usize> = Vec::new(); // pages whose address is an offset into the output buffer
+    let mut cursor = 0u64;
+    for (i, p) in table.pages.iter().enumerate() {
+        if p.page_type == page_type::INDEX {
+            continue;
+        }
+        let ci = p.chunk as usize;
+        let codec = plan.chunks[ci].codec;
+        let page_no = table.page_in_chunk(i);
+        let levels = if p.page_type == page_type::DATA_V2 { (p.def_len + p.rep_len) as u64 } else { 0 };
+        let compressed = codec != Compression::UNCOMPRESSED && !(p.page_type == page_type::DATA_V2 && p.is_compressed == 0);
+        let body = raw.ptr() + p.data_offset;
+        if !compressed {
+            if p.compressed_size != p.uncompressed_size {
+                return Err(corrupt(
+                    plan,
+                    ci,
+                    page_no,
+                    format!("uncompressed page stores {} bytes but its header says {}", p.compressed_size, p.uncompressed_size),
+                ));
+            }
+            pages[i] = (body, p.compressed_size as u32);
+            continue;
+        }
+        if (p.uncompressed_size as u64) < levels {
+            return Err(corrupt(plan, ci, page_no, "uncompressed size smaller than the page's level bytes"));
+        }
+        let values_offset = (cursor + levels).div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+        let page_offset = values_offset - levels;
+        let out_len = p.uncompressed_size as u64 - levels;
+        cursor = values_offset + out_len;
+        pages[i] = (page_offset, p.uncompressed_size as u32);
+        in_buffer.push(i);
+        if levels > 0 {
+            level_copies.push((body, page_offset, levels));
+        }
+        if out_len == 0 {
+            // Nothing to decompress (a v2 page of only nulls may store no value bytes at all).
+            continue;
+        }
+        jobs.push(Job {
+            page: i,
+            codec,
+            input: body + levels,
+            input_len: (p.compressed_size as u64 - levels) as usize,
+            out_offset: values_offset,
+            out_len: out_len as usize,
+        });
+    }
+
+    let buffer = DeviceBuffer::alloc(stream, cursor, "decompressed pages")?;
+    for &i in &in_buffer {
+        pages[i].0 += buffer.ptr();
+    }
+    let mut stats = DecompressStats {
+        compressed_bytes: jobs.iter().map(|j| j.input_len as u64).sum(),
+        decompressed_bytes: jobs.iter().map(|j| j.out_len as u64).sum(),
+        ..Default::default()
+    };
+    if jobs.is_empty() && level_copies.is_empty() {
+        return Ok(Decompressed { pages, buffer, stats });
+    }
+
+    // Split by who decompresses.
+    let emulated = stream.context().is_emulated();
+    let lib = if mode == DecompressMode::Cpu {
+        Err("decompression on the CPU was requested".to_string())
+    } else if emulated {
+        Err("the device is the CPU emulator".to_string())
+    } else {
+        nvcomp::nvcomp().map_err(|e| e.to_string())
+    };
+    let mut gpu: BTreeMap<Codec, Vec<&Job>> = BTreeMap::new();
+    let mut cpu: Vec<&Job> = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    for j in &jobs {
+        match (&lib, Codec::for_parquet(j.codec)) {
+            (Ok(l), Some(c)) if l.supports(c) => gpu.entry(c).or_default().push(j),
+            (Ok(_), _) => {
+                let why = format!("nvCOMP has no {:?} decoder", j.codec);
+                if mode == DecompressMode::Nvcomp {
+                    return Err(Error::Nvcomp(why));
+                }
+                if !reasons.contains(&why) {
+                    reasons.push(why);
+                }
+                cpu.push(j);
+            }
+            (Err(e), _) => {
+                if mode == DecompressMode::Nvcomp {
+                    return Err(Error::Nvcomp(e.clone()));
+                }
+                if !reasons.contains(e) {
+                    reasons.push(e.clone());
+                }
+                cpu.push(j);
+            }
+        }
+    }
+    if !cpu.is_empty() {
+        let why = reasons.join("; ");
+        warn!(pages = cpu.len(), reason = %why, "decompressing pages on the CPU");
+        stats.fallback = Some(why);
+        cpu_decompress(plan, table, raw, &buffer, &cpu, stream)?;
+        stats.cpu_pages = cpu.len();
+    }
+
+    // Level bytes of v2 pages go in front of their values.
+    let kernels = stream.context().kernels()?;
+    let mut scratch: Vec<DeviceBuffer> = Vec::new();
+    if !level_copies.is_empty() {
+        let copies: Vec<CopyDesc> = level_copies
+            .iter()
+            .map(|&(src, off, len)| CopyDesc { src, dst: buffer.ptr() + off, len })
+            .collect();
+        batched_copy(stream, &kernels, &copies, &mut scratch)?;
+    }
+
+    let mut checks: Vec<(Codec, Vec<usize>, DeviceBuffer)> = Vec::new();
+    if let Ok(l) = &lib {
+        for (codec, mut list) in gpu {
+            list.sort_by(|a, b| b.out_len.cmp(&a.out_len));
+            let align = l.alignments(codec).map_err(Error::Nvcomp)?;
+            // Gather inputs into an aligned buffer when nvCOMP needs aligned input.
+            let input_align = align.input.max(1) as u64;
+            let mut inputs: Vec<u64> = list.iter().map(|j| j.input).collect();
+            if input_align > 1 && inputs.iter().any(|p| p % input_align != 0) {
+                let mut offs = Vec::with_capacity(list.len());
+                let mut size = 0u64;
+                for j in &list {
+                    offs.push(size);
+                    size = (size + j.input_len as u64).div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+                }
+                let staged = DeviceBuffer::alloc(stream, size, "aligned compressed pages")?;
+                let copies: Vec<CopyDesc> = list
+                    .iter()
+                    .zip(&offs)
+                    .map(|(j, &o)| CopyDesc { src: j.input, dst: staged.ptr() + o, len: j.input_len as u64 })
+                    .collect();
+                batched_copy(stream, &kernels, &copies, &mut scratch)?;
+                inputs = offs.iter().map(|o| staged.ptr() + o).collect();
+                scratch.push(staged);
+            }
+            let n = list.len();
+            let mut host: Vec<u64> = Vec::with_capacity(4 * n);
+            host.extend(&inputs);
+            host.extend(list.iter().map(|j| j.input_len as u64));
+            host.extend(list.iter().map(|j| j.out_len as u64));
+            host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
+            let d_in = DeviceBuffer::from_host(stream, as_bytes(&host), "nvCOMP arguments")?;
+            // Actual sizes (u64 each), then statuses (i32 each).
+            let d_out = DeviceBuffer::alloc(stream, 8 * n as u64 + 4 * n as u64, "nvCOMP results")?;
+            d_out.fill(stream, 0xff)?;
+            let max_chunk = list.iter().map(|j| j.out_len).max().unwrap_or(0);
+            let total: usize = list.iter().map(|j| j.out_len).sum();
+            let temp_bytes = l.temp_size(codec, n, max_chunk, total, stream.raw().cast()).map_err(Error::Nvcomp)?;
+            let temp = DeviceBuffer::alloc(stream, temp_bytes as u64, "nvCOMP scratch")?;
+            let base = d_in.ptr();
+            let batch = nvcomp::Batch {
+                in_ptrs: base,
+                in_sizes: base + 8 * n as u64,
+                out_capacity: base + 16 * n as u64,
+                out_ptrs: base + 24 * n as u64,
+                out_sizes: d_out.ptr(),
+                statuses: d_out.ptr() + 8 * n as u64,
+                count: n,
+            };
+            // SAFETY: every array holds n entries in device memory; inputs and
+            // outputs address live buffers of the stated sizes, all kept alive
+            // (in `scratch` and `checks`) until the stream is synchronized below.
+            unsafe { l.decompress(codec, &batch, temp.ptr(), temp_bytes, stream.raw().cast()).map_err(Error::Nvcomp)? };
+            stats.gpu_pages += n;
+            scratch.push(d_in);
+            scratch.push(temp);
+            checks.push((codec, list.iter().map(|j| j.page).collect(), d_out));
+        }
+        stats.nvcomp_version = Some(l.version.clone());
+    }
+    stream.synchronize()?;
+    drop(scratch);
+
+    let mut job_of_page = vec![usize::MAX; table.pages.len()];
+    for (k, j) in jobs.iter().enumerate() {
+        job_of_page[j.page] = k;
+    }
+    for (codec, page_ids, d_out) in checks {
+        let n = page_ids.len();
+        let bytes = d_out.to_host()?;
+        let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
+        let statuses: Vec<i32> = from_bytes(&bytes[8 * n..]);
+        for (k, &pi) in page_ids.iter().enumerate() {
+            let p: &PageInfo = &table.pages[pi];
+            let job = &jobs[job_of_page[pi]];
+            let (ci, page_no) = (p.chunk as usize, table.page_in_chunk(pi));
+            if statuses[k] != 0 {
+                return Err(corrupt(plan, ci, page_no, format!("nvCOMP {codec:?}: {} ({})", nvcomp::status_name(statuses[k]), statuses[k])));
+            }
+            if sizes[k] != job.out_len as u64 {
+                return Err(corrupt(plan, ci, page_no, format!("decompressed to {} bytes, the page header says {}", sizes[k], job.out_len)));
+            }
+        }
+    }
+    if stats.gpu_pages > 0 {
+        info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
+    }
+    Ok(Decompressed { pages, buffer, stats })
+}
+
+fn batched_copy(
+    stream: &Arc<GpuStream>,
+    kernels: &crate::gpu::Kernels,
+    copies: &[CopyDesc],
+    keep: &mut Vec<DeviceBuffer>,
+) -> Result<()> {
+    if copies.is_empty() {
+        return Ok(());
+    }
+    let d = DeviceBuffer::from_host(stream, as_bytes(copies), "copy table")?;
+    let mut args = KernelArgs::new().arg(d.ptr()).arg(copies.len() as u32);
+    // SAFETY: arguments match gpq_batched_copy; every range lies in a live buffer.
+    unsafe { kernels.launch("gpq_batched_copy", copies.len() as u32, 256, 0, stream, &mut args)? };
+    keep.push(d);
+    Ok(())
+}
+
+/// Decompresses `jobs` on the CPU and copies the results into `out`.
+fn cpu_decompress(
+    plan: &ReadPlan,
+    table: &PageTable,
+    raw: &DeviceBuffer,
+    out: &DeviceBuffer,
+    jobs: &[&Job],
+    stream: &Arc<GpuStream>,
+) -> Result<()> {
+    let t = Instant::now();
+    // Fetch the compressed bytes, one copy per chunk involved.
+    let mut chunk_bytes: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    for j in jobs {
+        let ci = table.pages[j.page].chunk as usize;
+        if let std::collections::btree_map::Entry::Vacant(e) = chunk_bytes.entry(ci) {
+            let c = &plan.chunks[ci];
+            e.insert(raw.copy_range_to_host(c.device_offset, c.len)?);
+        }
+    }
+    let lo = jobs.iter().map(|j| j.out_offset).min().unwrap_or(0);
+    let hi = jobs.iter().map(|j| j.out_offset + j.out_len as u64).max().unwrap_or(0);
+    let mut host = vec![0u8; (hi - lo) as usize];
+    // Hand each thread disjoint output slices, largest pages spread first.
+    let mut order: Vec<&&Job> = jobs.iter().collect();
+    order.sort_by(|a, b| a.out_offset.cmp(&b.out_offset));
+    let mut slices: Vec<(&Job, &mut [u8])> = Vec::with_capacity(order.len());
+    let mut rest: &mut [u8] = &mut host;
+    let mut at = lo;
+    for j in order {
+        let skip = (j.out_offset - at) as usize;
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+        let (mine, tail) = tail.split_at_mut(j.out_len);
+        slices.push((j, mine));
+        rest = tail;
+        at = j.out_offset + j.out_len as u64;
+    }
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).min(slices.len()).max(1);
+    let per = slices.len().div_ceil(threads);
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = slices
+            .chunks_mut(per)
+            .map(|group| {
+                let chunk_bytes = &chunk_bytes;
+                s.spawn(move || -> Result<()> {
+                    for (j, dst) in group.iter_mut() {
+                        let p = &table.pages[j.page];
+                        let ci = p.chunk as usize;
+                        let c = &plan.chunks[ci];
+                        let bytes = &chunk_bytes[&ci];
+                        let start = (j.input - raw.ptr() - c.device_offset) as usize;
+                        let input = &bytes[start..start + j.input_len];
+                        super::cpu_codecs::decompress(j.codec, input, dst)
+                            .map_err(|e| corrupt(plan, ci, table.page_in_chunk(j.page), e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidOptions("decompression thread panicked".into())))).collect()
+    });
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    // SAFETY: [lo, hi) lies inside `out`; the stream is synchronized before `host` is dropped.
+    unsafe { stream.copy_htod_async(out.ptr() + lo, host.as_ptr(), host.len())? };
+    stream.synchronize()?;
+    info!(pages = jobs.len(), ms = t.elapsed().as_secs_f64() * 1e3, "CPU decompression done");
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! The `#[repr(C)]` tables the host fills and the kernels read (and write
+//! statuses into). Each mirrors a struct in the `.cu` sources; the size
+//! assertions catch a field added on one side only.
+
+/// One column chunk to walk (page_headers.cu `ChunkDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkDesc {
+    /// Chunk start in the device buffer.
+    pub offset: u64,
+    /// Chunk length.
+    pub len: u64,
+    /// First slot of the chunk's pages in the page table.
+    pub page_start: u32,
+    /// Pages counted (pass 1) or slots reserved (pass 2).
+    pub page_count: u32,
+    /// Status of the walk.
+    pub status: u32,
+    /// Page index the status refers to.
+    pub error_page: u32,
+}
+
+/// One page header as parsed on the device (page_headers.cu `PageInfo`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageInfo {
+    /// Offset of the header in the device buffer.
+    pub header_offset: u64,
+    /// Offset of the page body in the device buffer.
+    pub data_offset: u64,
+    /// Index of the chunk in the chunk table.
+    pub chunk: u32,
+    /// 0 data v1, 1 index, 2 dictionary, 3 data v2.
+    pub page_type: u32,
+    /// Bytes stored after the header.
+    pub compressed_size: i32,
+    /// Bytes after decompression (levels included for v2).
+    pub uncompressed_size: i32,
+    /// Values (levels) in the page, or dictionary entries.
+    pub num_values: i32,
+    /// v2: nulls; -1 otherwise.
+    pub num_nulls: i32,
+    /// v2: rows; -1 otherwise.
+    pub num_rows: i32,
+    /// Value encoding.
+    pub encoding: u32,
+    /// v1 definition level encoding.
+    pub def_encoding: u32,
+    /// v1 repetition level encoding.
+    pub rep_encoding: u32,
+    /// v2 definition level bytes.
+    pub def_len: i32,
+    /// v2 repetition level bytes.
+    pub rep_len: i32,
+    /// v2 `is_compressed` (1 for other pages).
+    pub is_compressed: u32,
+    /// Bytes of the Thrift header.
+    pub header_len: u32,
+    /// Dictionary page `is_sorted`.
+    pub dict_sorted: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+/// Page types.
+pub mod page_type {
+    /// DATA_PAGE (v1).
+    pub const DATA_V1: u32 = 0;
+    /// INDEX_PAGE.
+    pub const INDEX: u32 = 1;
+    /// DICTIONARY_PAGE.
+    pub const DICTIONARY: u32 = 2;
+    /// DATA_PAGE_V2.
+    pub const DATA_V2: u32 = 3;
+}
+
+/// One output column (page_decode.cuh `ColumnDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColumnDesc {
+    /// Output values (bitmap for BOOLEAN).
+    pub values: u64,
+    /// Output validity bitmap, 0 for required columns.
+    pub validity: u64,
+    /// String offsets.
+    pub offsets: u64,
+    /// String characters.
+    pub chars: u64,
+    /// Per-row lengths (strings).
+    pub scratch_len: u64,
+    /// Per-row sources (strings).
+    pub scratch_src: u64,
+    /// Address of the column's null counter.
+    pub null_count: u64,
+    /// Rows of output.
+    pub num_rows: u64,
+    /// Conversion multiplier.
+    pub mul: i64,
+    /// Conversion divisor.
+    pub div: i64,
+    /// Conversion kind (`Kind` as u32).
+    pub kind: u32,
+    /// Stored bytes per value.
+    pub in_width: u32,
+    /// Output bytes per value.
+    pub out_width: u32,
+    /// Maximum definition level.
+    pub max_def: u32,
+    /// 64-bit string offsets.
+    pub large_offsets: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+/// One data page to decode (page_decode.cuh `PageDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageDesc {
+    /// Page bytes (levels and values), uncompressed.
+    pub data: u64,
+    /// Dictionary values (fixed width) or entry table (strings).
+    pub dict: u64,
+    /// Dictionary page bytes (strings).
+    pub dict_data: u64,
+    /// First output row.
+    pub row_start: u64,
+    /// First output character (strings).
+    pub char_base: u64,
+    /// Page bytes.
+    pub size: u32,
+    /// Levels (rows) in the page.
+    pub num_values: u32,
+    /// Dictionary entries.
+    pub dict_count: u32,
+    /// Value encoding.
+    pub encoding: u32,
+    /// 0 none, 1 v1, 2 v2.
+    pub level_mode: u32,
+    /// v2 definition level bytes.
+    pub def_len: u32,
+    /// v2 repetition level bytes.
+    pub rep_len: u32,
+    /// Column index.
+    pub column: u32,
+    /// Status written by the kernels.
+    pub status: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+/// One string dictionary page to index (decode_strings.cu `DictDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DictDesc {
+    /// Dictionary page bytes.
+    pub data: u64,
+    /// Output entry table.
+    pub entries: u64,
+    /// Page bytes.
+    pub size: u32,
+    /// Entries.
+    pub count: u32,
+    /// Status.
+    pub status: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+/// One device-to-device copy (copy.cu `CopyDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyDesc {
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<ChunkDesc>() == 32);
+const _: () = assert!(std::mem::size_of::<PageInfo>() == 80);
+const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 104);
+const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
+const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);
+const _: () = assert!(std::mem::size_of::<CopyDesc>() == 24);
+
+/// Views a slice of plain-old-data descriptors as bytes.
+pub fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: the descriptor types are repr(C) with explicit padding fields,
+    // so every byte is initialised.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+/// Reads descriptors back from bytes copied off the device.
+pub fn from_bytes<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    let mut out = vec![T::default(); n];
+    // SAFETY: T is plain old data; the copy stays within both buffers.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>()) };
+    out
+}

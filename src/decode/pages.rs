@@ -1,0 +1,143 @@
+//! Stage 1: page headers, parsed on the device.
+//!
+//! One thread walks each column chunk's Thrift page headers: a first pass
+//! counts pages, the host sizes the page table from the counts, a second pass
+//! fills it. The table comes back to the host, which checks it against the
+//! footer (value counts, dictionary placement, encodings) before anything is
+//! decoded.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gpu::{DeviceBuffer, GpuStream, KernelArgs};
+use crate::plan::ReadPlan;
+
+use super::descriptors::{ChunkDesc, PageInfo, as_bytes, from_bytes, page_type};
+use super::status;
+
+/// Pages of one chunk, as indices into the page table.
+#[derive(Debug, Clone, Default)]
+pub struct ChunkPages {
+    /// The dictionary page, if any.
+    pub dictionary: Option<usize>,
+    /// Data pages in order.
+    pub data: Vec<usize>,
+    /// Index of the first page of the chunk in the table (for page numbers in errors).
+    pub first: usize,
+}
+
+/// The page table of a read.
+#[derive(Debug, Clone, Default)]
+pub struct PageTable {
+    /// Every page of every chunk, chunk by chunk.
+    pub pages: Vec<PageInfo>,
+    /// Per plan chunk.
+    pub chunks: Vec<ChunkPages>,
+}
+
+impl PageTable {
+    /// The page number of page `index` within its chunk (the dictionary page is page 0).
+    pub fn page_in_chunk(&self, index: usize) -> usize {
+        let c = self.pages[index].chunk as usize;
+        index - self.chunks[c].first
+    }
+}
+
+/// Builds the error for page `page` of plan chunk `chunk`.
+pub fn corrupt(plan: &ReadPlan, chunk: usize, page: usize, kind: impl Into<String>) -> Error {
+    let c = &plan.chunks[chunk];
+    Error::CorruptPage {
+        file: plan.path.clone(),
+        row_group: c.row_group,
+        column: plan.leaf_of(c).path.clone(),
+        page,
+        kind: kind.into(),
+    }
+}
+
+/// Parses every chunk's page headers on the device.
+pub fn read_page_headers(plan: &ReadPlan, raw: &DeviceBuffer, stream: &Arc<GpuStream>) -> Result<PageTable> {
+    let n = plan.chunks.len();
+    if n == 0 {
+        return Ok(PageTable::default());
+    }
+    let kernels = stream.context().kernels()?;
+    let mut descs: Vec<ChunkDesc> = plan
+        .chunks
+        .iter()
+        .map(|c| ChunkDesc { offset: c.device_offset, len: c.len, ..Default::default() })
+        .collect();
+    let d_chunks = DeviceBuffer::from_host(stream, as_bytes(&descs), "chunk table")?;
+    let grid = n.div_ceil(128) as u32;
+    let mut args = KernelArgs::new().arg(raw.ptr()).arg(d_chunks.ptr()).arg(n as u32);
+    // SAFETY: arguments match gpq_count_pages; every chunk lies inside `raw`.
+    unsafe { kernels.launch("gpq_count_pages", grid, 128, 0, stream, &mut args)? };
+    let counted: Vec<ChunkDesc> = from_bytes(&d_chunks.to_host()?);
+    check_chunks(plan, &counted)?;
+
+    let mut total = 0u32;
+    for (d, c) in descs.iter_mut().zip(&counted) {
+        d.page_start = total;
+        d.page_count = c.page_count;
+        total = total.checked_add(c.page_count).ok_or_else(|| Error::InvalidOptions("more than 2^32 pages".into()))?;
+    }
+    let d_chunks = DeviceBuffer::from_host(stream, as_bytes(&descs), "chunk table")?;
+    let d_pages = DeviceBuffer::alloc(stream, total as u64 * std::mem::size_of::<PageInfo>() as u64, "page table")?;
+    let mut args = KernelArgs::new().arg(raw.ptr()).arg(d_chunks.ptr()).arg(n as u32).arg(d_pages.ptr());
+    // SAFETY: arguments match gpq_parse_pages; the page table has a slot for every counted page.
+    unsafe { kernels.launch("gpq_parse_pages", grid, 128, 0, stream, &mut args)? };
+    let parsed: Vec<ChunkDesc> = from_bytes(&d_chunks.to_host()?);
+    check_chunks(plan, &parsed)?;
+    let pages: Vec<PageInfo> = from_bytes(&d_pages.to_host()?);
+
+    let mut table = PageTable { pages, chunks: Vec::with_capacity(n) };
+    for (ci, d) in descs.iter().enumerate() {
+        table.chunks.push(classify(plan, ci, &table.pages, d.page_start as usize, d.page_count as usize)?);
+    }
+    Ok(table)
+}
+
+fn check_chunks(plan: &ReadPlan, descs: &[ChunkDesc]) -> Result<()> {
+    for (i, d) in descs.iter().enumerate() {
+        if d.status != 0 {
+            return Err(corrupt(plan, i, d.error_page as usize, status::describe(d.status)));
+        }
+    }
+    Ok(())
+}
+
+/// Sorts a chunk's pages into dictionary and data pages and checks them against the footer.
+fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count: usize) -> Result<ChunkPages> {
+    let chunk = &plan.chunks[ci];
+    let mut out = ChunkPages { first, ..Default::default() };
+    let mut values = 0u64;
+    for (k, p) in pages[first..first + count].iter().enumerate() {
+        let i = first + k;
+        match p.page_type {
+            page_type::DICTIONARY => {
+                if out.dictionary.is_some() || !out.data.is_empty() {
+                    return Err(corrupt(plan, ci, k, "dictionary page after the first page of the chunk"));
+                }
+                out.dictionary = Some(i);
+            }
+            page_type::DATA_V1 | page_type::DATA_V2 => {
+                if p.page_type == page_type::DATA_V2 && p.num_rows != p.num_values && plan.leaf_of(chunk).max_rep_level == 0 {
+                    return Err(corrupt(plan, ci, k, format!("v2 page of a flat column has {} rows but {} values", p.num_rows, p.num_values)));
+                }
+                values += p.num_values as u64;
+                out.data.push(i);
+            }
+            _ => {} // index pages carry nothing to decode
+        }
+    }
+    if values != chunk.num_values {
+        let last = count.saturating_sub(1);
+        return Err(corrupt(
+            plan,
+            ci,
+            last,
+            format!("pages hold {values} values but the column chunk metadata says {}", chunk.num_values),
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,233 @@
+// The scheduler of the CUDA emulator (see cuda_emu.h) and the table of
+// kernels it can launch. Built by build.rs with the `emulator` feature.
+#include "cuda_emu.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+#include <ucontext.h>
+
+// The kernels, compiled for the host.
+#include "../kernels/common.cuh"
+#include "../kernels/checksum.cu"
+#include "../kernels/page_headers.cu"
+#include "../kernels/rle.cuh"
+#include "../kernels/page_decode.cuh"
+#include "../kernels/decode_values.cu"
+#include "../kernels/decode_strings.cu"
+#include "../kernels/copy.cu"
+
+namespace gpq_emu {
+
+enum State { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  State state = DONE;
+  unsigned long long xchg = 0;
+};
+
+struct Block {
+  unsigned block_idx = 0, block_dim = 0, grid_dim = 0;
+  std::vector<Fiber> fibers;
+  ucontext_t sched;
+  unsigned current = 0;
+  void (*body)(void**) = nullptr;
+  void** args = nullptr;
+  std::string error;
+};
+
+static thread_local Block* g_block = nullptr;
+static const size_t kStack = 256 * 1024;
+
+unsigned tid() { return g_block->current; }
+unsigned bid() { return g_block->block_idx; }
+unsigned bdim() { return g_block->block_dim; }
+unsigned gdim() { return g_block->grid_dim; }
+
+static void yield_as(State s) {
+  Block* b = g_block;
+  Fiber& f = b->fibers[b->current];
+  f.state = s;
+  swapcontext(&f.ctx, &b->sched);
+}
+
+void sync_block() { yield_as(AT_BLOCK_BARRIER); }
+void sync_warp() { yield_as(AT_WARP_BARRIER); }
+
+static bool lane_present(Block* b, unsigned t) { return t < b->block_dim && b->fibers[t].state != DONE; }
+
+unsigned long long warp_exchange(unsigned long long v, int src_lane) {
+  Block* b = g_block;
+  unsigned me = b->current;
+  b->fibers[me].xchg = v;
+  sync_warp();
+  unsigned long long out = v;
+  if (src_lane >= 0) {
+    unsigned src = (me & ~31u) + (unsigned)src_lane;
+    if (lane_present(b, src)) out = b->fibers[src].xchg;
+  }
+  sync_warp();
+  return out;
+}
+
+unsigned warp_ballot(unsigned mask, bool pred) {
+  Block* b = g_block;
+  unsigned me = b->current;
+  b->fibers[me].xchg = pred;
+  sync_warp();
+  unsigned r = 0;
+  unsigned base = me & ~31u;
+  for (unsigned l = 0; l < 32; l++) {
+    unsigned t = base + l;
+    if (((mask >> l) & 1) && lane_present(b, t) && b->fibers[t].xchg) r |= 1u << l;
+  }
+  sync_warp();
+  return r;
+}
+
+int block_count(bool pred) {
+  Block* b = g_block;
+  b->fibers[b->current].xchg = pred;
+  sync_block();
+  int n = 0;
+  for (unsigned t = 0; t < b->block_dim; t++)
+    if (b->fibers[t].state != DONE && b->fibers[t].xchg) n++;
+  sync_block();
+  return n;
+}
+
+static void trampoline() {
+  Block* b = g_block;
+  b->body(b->args);
+  b->fibers[b->current].state = DONE;
+  swapcontext(&b->fibers[b->current].ctx, &b->sched);
+}
+
+// Runs every fiber of the block until all are done; false on a deadlock.
+static bool run_block(Block* b) {
+  for (unsigned t = 0; t < b->block_dim; t++) {
+    Fiber& f = b->fibers[t];
+    if (f.stack.size() != kStack) f.stack.assign(kStack, 0);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = kStack;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, trampoline, 0);
+    f.state = RUNNABLE;
+  }
+  for (;;) {
+    bool ran = false;
+    for (unsigned t = 0; t < b->block_dim; t++) {
+      if (b->fibers[t].state != RUNNABLE) continue;
+      b->current = t;
+      ran = true;
+      swapcontext(&b->sched, &b->fibers[t].ctx);
+    }
+    if (ran) continue;
+    unsigned live = 0, at_block = 0;
+    for (auto& f : b->fibers) {
+      if (f.state != DONE) live++;
+      if (f.state == AT_BLOCK_BARRIER) at_block++;
+    }
+    if (live == 0) return true;
+    bool released = false;
+    if (at_block == live) {
+      for (auto& f : b->fibers)
+        if (f.state == AT_BLOCK_BARRIER) f.state = RUNNABLE;
+      released = true;
+    } else {
+      for (unsigned w = 0; w * 32 < b->block_dim; w++) {
+        unsigned waiting = 0, alive = 0;
+        for (unsigned t = w * 32; t < b->block_dim && t < w * 32 + 32; t++) {
+          if (b->fibers[t].state != DONE) alive++;
+          if (b->fibers[t].state == AT_WARP_BARRIER) waiting++;
+        }
+        if (alive && waiting == alive) {
+          for (unsigned t = w * 32; t < b->block_dim && t < w * 32 + 32; t++)
+            if (b->fibers[t].state == AT_WARP_BARRIER) b->fibers[t].state = RUNNABLE;
+          released = true;
+        }
+      }
+    }
+    if (!released) {
+      b->error = "deadlock: threads wait at different barriers (divergent __syncthreads or warp op)";
+      return false;
+    }
+  }
+}
+
+template <typename... A, size_t... I>
+static void invoke(void (*f)(A...), void** args, std::index_sequence<I...>) {
+  std::tuple<std::remove_cv_t<std::remove_reference_t<A>>...> vals;
+  ((std::memcpy(&std::get<I>(vals), args[I], sizeof(std::get<I>(vals)))), ...);
+  f(std::get<I>(vals)...);
+}
+
+}  // namespace gpq_emu
+
+template <typename... A>
+static void gpq_emu_call(void (*f)(A...), void** args) {
+  gpq_emu::invoke(f, args, std::index_sequence_for<A...>{});
+}
+
+#define GPQ_KERNEL_LIST(X) \
+  X(gpq_span_checksum)     \
+  X(gpq_count_pages)       \
+  X(gpq_parse_pages)       \
+  X(gpq_decode_fixed)      \
+  X(gpq_dict_index)        \
+  X(gpq_string_sizes)      \
+  X(gpq_string_chars)      \
+  X(gpq_bytes_decimal)     \
+  X(gpq_batched_copy)
+
+struct KernelEntry {
+  const char* name;
+  void (*body)(void**);
+};
+
+#define GPQ_WRAP(k) static void emu_##k(void** a) { gpq_emu_call(k, a); }
+GPQ_KERNEL_LIST(GPQ_WRAP)
+#define GPQ_ENTRY(k) {#k, emu_##k},
+static const KernelEntry kKernels[] = {GPQ_KERNEL_LIST(GPQ_ENTRY)};
+
+// Launches kernel `name` with a 1-D grid; returns 0, or 1 for an unknown
+// kernel, 2 for a deadlock (message in `err`, up to `err_len` bytes).
+extern "C" int gpq_emu_launch(const char* name, unsigned grid, unsigned block, void** args, char* err, size_t err_len) {
+  const KernelEntry* k = nullptr;
+  for (auto& e : kKernels)
+    if (std::strcmp(e.name, name) == 0) k = &e;
+  if (!k) {
+    std::snprintf(err, err_len, "the emulator has no kernel %s", name);
+    return 1;
+  }
+  if (block == 0 || block > 1024) {
+    std::snprintf(err, err_len, "block size %u out of range", block);
+    return 3;
+  }
+  static thread_local gpq_emu::Block b;
+  gpq_emu::Block* saved = gpq_emu::g_block;
+  gpq_emu::g_block = &b;
+  b.fibers.resize(block);
+  b.block_dim = block;
+  b.grid_dim = grid;
+  b.body = k->body;
+  b.args = args;
+  b.error.clear();
+  int rc = 0;
+  for (unsigned i = 0; i < grid; i++) {
+    b.block_idx = i;
+    if (!gpq_emu::run_block(&b)) {
+      std::snprintf(err, err_len, "%s block %u: %s", name, i, b.error.c_str());
+      rc = 2;
+      break;
+    }
+  }
+  gpq_emu::g_block = saved;
+  return rc;
+}

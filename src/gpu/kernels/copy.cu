@@ -1,0 +1,25 @@
+// Batched copies between device buffers: one block per copy. Used to gather
+// compressed pages into aligned buffers for nvCOMP and to put a v2 page's
+// uncompressed level bytes in front of its decompressed values.
+
+struct CopyDesc {
+  u64 src;
+  u64 dst;
+  u64 len;
+};
+
+extern "C" __global__ void gpq_batched_copy(const CopyDesc* copies, u32 n) {
+  if (blockIdx.x >= n) return;
+  CopyDesc c = copies[blockIdx.x];
+  const u8* s = (const u8*)c.src;
+  u8* d = (u8*)c.dst;
+  if (!((c.src | c.dst) & 15)) {
+    const uint4* s16 = (const uint4*)s;
+    uint4* d16 = (uint4*)d;
+    u64 n16 = c.len / 16;
+    for (u64 i = threadIdx.x; i < n16; i += blockDim.x) d16[i] = s16[i];
+    for (u64 i = n16 * 16 + threadIdx.x; i < c.len; i += blockDim.x) d[i] = s[i];
+  } else {
+    for (u64 i = threadIdx.x; i < c.len; i += blockDim.x) d[i] = s[i];
+  }
+}

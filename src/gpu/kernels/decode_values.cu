@@ -1,0 +1,110 @@
+// Fixed-width values (and BOOLEAN) of flat columns: one block per page,
+// batches of GPQ_BATCH rows. Definition levels give validity and value
+// indices; values come from the PLAIN stream or through the dictionary, are
+// converted to the output type, and written at their rows. Null rows get zeros.
+
+GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
+  const u32 in = col.in_width, out = col.out_width;
+  switch (col.kind) {
+    case GPQ_KIND_COPY:
+      // Aligned 8- and 4-byte copies are the common case (decompressed pages are aligned).
+      if (out == 8 && !(((u64)src | (u64)dst) & 7)) *(u64*)dst = *(const u64*)src;
+      else if (out == 4 && !(((u64)src | (u64)dst) & 3)) *(u32*)dst = *(const u32*)src;
+      else for (u32 i = 0; i < out; i++) dst[i] = src[i];
+      break;
+    case GPQ_KIND_SEXT: {
+      u8 fill = (src[in - 1] & 0x80) ? 0xff : 0;
+      for (u32 i = 0; i < out; i++) dst[i] = i < in ? src[i] : fill;
+      break;
+    }
+    case GPQ_KIND_MUL: {
+      i32 v = (i32)((u32)src[0] | ((u32)src[1] << 8) | ((u32)src[2] << 16) | ((u32)src[3] << 24));
+      i64 r = (i64)v * col.mul;
+      for (u32 i = 0; i < 8; i++) dst[i] = (u8)((u64)r >> (8 * i));
+      break;
+    }
+    case GPQ_KIND_BE_DECIMAL: {
+      u8 fill = (in > 0 && (src[0] & 0x80)) ? 0xff : 0;
+      for (u32 i = 0; i < out; i++) dst[i] = i < in ? src[in - 1 - i] : fill;
+      break;
+    }
+    case GPQ_KIND_INT96: {
+      u64 nanos = 0;
+      for (u32 i = 0; i < 8; i++) nanos |= (u64)src[i] << (8 * i);
+      u32 julian = (u32)src[8] | ((u32)src[9] << 8) | ((u32)src[10] << 16) | ((u32)src[11] << 24);
+      i64 days = (i64)julian - 2440588;
+      i64 r = days * 86400 * col.mul + (i64)nanos / col.div;
+      for (u32 i = 0; i < 8; i++) dst[i] = (u8)((u64)r >> (8 * i));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDesc* pages, const ColumnDesc* columns) {
+  __shared__ PageState st;
+  PageDesc pg = pages[blockIdx.x];
+  const ColumnDesc col = columns[pg.column];
+  start_page(st, pg, col);
+  const bool is_bool = col.kind == GPQ_KIND_BOOL;
+  const u32 in = col.in_width;
+  u32 value_base = 0;
+  for (u32 lo = 0; lo < pg.num_values && st.error == 0; lo += GPQ_BATCH) {
+    u32 hi = min(lo + GPQ_BATCH, pg.num_values);
+    bool valid[GPQ_PER_THREAD];
+    u32 vi[GPQ_PER_THREAD];
+    u32 nvals = decode_levels_batch(st, col, lo, hi, value_base, valid, vi);
+    if (st.streams.dictionary || st.streams.rle_bool) {
+      if (threadIdx.x == 0 && nvals > 0) {
+        hybrid_fill(st.idx, value_base, value_base + nvals);
+        if (st.idx.error) atomicCAS(&st.error, 0u, st.idx.error);
+      }
+      __syncthreads();
+    }
+    if (st.error) break;
+    for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
+      u32 r = lo + k * blockDim.x + threadIdx.x;
+      u64 row = pg.row_start + r;
+      bool present = r < hi && valid[k];
+      if (is_bool) {
+        bool bit = false;
+        if (present) {
+          if (st.streams.rle_bool) {
+            bit = hybrid_get(st.idx, vi[k]) != 0;
+          } else if (st.streams.dictionary) {
+            atomicCAS(&st.error, 0u, (u32)GPQ_ERR_UNSUPPORTED_ENCODING);
+          } else if (vi[k] / 8 < st.streams.values_len) {
+            bit = (st.streams.values[vi[k] / 8] >> (vi[k] % 8)) & 1;
+          } else {
+            atomicCAS(&st.error, 0u, (u32)GPQ_ERR_TRUNCATED_PAGE);
+          }
+        }
+        u32 r0 = lo + k * blockDim.x + (threadIdx.x & ~31u);
+        u32 rows = r0 < hi ? min(32u, hi - r0) : 0u;
+        warp_write_bits((u32*)col.values, pg.row_start + r0, bit, rows);
+        continue;
+      }
+      if (r >= hi) continue;
+      u8* dst = (u8*)col.values + row * col.out_width;
+      const u8* src = nullptr;
+      if (present) {
+        if (st.streams.dictionary) {
+          u32 e = hybrid_get(st.idx, vi[k]);
+          if (e < pg.dict_count) src = (const u8*)pg.dict + (u64)e * in;
+          else atomicCAS(&st.error, 0u, (u32)GPQ_ERR_DICT_INDEX);
+        } else if ((u64)(vi[k] + 1) * in <= st.streams.values_len) {
+          src = st.streams.values + (u64)vi[k] * in;
+        } else {
+          atomicCAS(&st.error, 0u, (u32)GPQ_ERR_TRUNCATED_PAGE);
+        }
+      }
+      if (src) store_value(col, src, dst);
+      else for (u32 i = 0; i < col.out_width; i++) dst[i] = 0;
+    }
+    write_validity_batch(st, col, pg, lo, hi, valid);
+    value_base += nvals;
+    __syncthreads();
+  }
+  finish_page(st, col, &pages[blockIdx.x]);
+}
