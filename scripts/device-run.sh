@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (copied to .device/run.sh by scripts/device-test.sh).
-# Usage: bash .device/run.sh STAGE...   stages: info tests sanitizer data-sf10 bench-io bench-decode tpch cufile-diag
+# Usage: bash .device/run.sh STAGE...
+#   stages: info data-sf10 tests sanitizer cufile-diag bench-io bench-decode verify-sf10 suite criterion tpch-bench
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +47,22 @@ stage_data_sf10() {
 
 stage_bench_io() {
   f=${GPQ_SF10_LINEITEM:-$data/sf10/lineitem.parquet}
-  gpq bench io "$f" --paths bounce,cufile-compat --threads 1,4,8,16 --repeat 5 2>&1 | tee "$OUT/bench-io.md" | tee -a "$summary"
+  {
+    gpq bench io "$f" --paths bounce,cufile-compat --threads 1,4,8,16,32 --repeat 5
+    gpq bench io "$f" --paths bounce --threads 16 --task-sizes 2M,4M,16M,32M --repeat 5 | tail -4
+    GPQ_IO_MMAP=1 gpq bench io "$f" --paths bounce --threads 4,8,16 --task-sizes 8M,32M --repeat 5 | tail -6 | sed 's/^| bounce/| bounce+mmap-register/'
+  } 2>&1 | tee "$OUT/bench-io.md" | tee -a "$summary"
+}
+
+stage_bench_decode() {
+  f=${GPQ_SF10_LINEITEM:-$data/sf10/lineitem.parquet}
+  gpq bench decode "$f" --repeat 5 2>&1 | tee "$OUT/bench-decode.md" | tee -a "$summary"
+  GPQ_DECOMPRESS=cpu gpq read "$f" --repeat 1 2>&1 | tail -4 | tee -a "$summary"
+}
+
+stage_verify_sf10() {
+  f=${GPQ_SF10_LINEITEM:-$data/sf10/lineitem.parquet}
+  gpq read "$f" --verify 2>&1 | tee "$OUT/verify-sf10.txt" | tee -a "$summary"
 }
 
 stage_cufile_diag() {
@@ -60,17 +76,54 @@ stage_cufile_diag() {
     RUST_LOG=gpq=debug gpq read "$data/diag/orders.parquet" --io $mode --io-only --verify >> "$OUT/cufile-diag.txt" 2>&1
     note "read --io $mode: rc=$?"
   done
+  # Variants: forced compat mode; a config that asks for compat mode; a udev record for the disk.
+  CUFILE_FORCE_COMPAT_MODE=true gpq read "$data/diag/orders.parquet" --io cufile-compat --io-only --verify >> "$OUT/cufile-diag.txt" 2>&1
+  note "CUFILE_FORCE_COMPAT_MODE=true: rc=$?"
+  printf '{ "logging": { "dir": "%s", "level": "INFO" }, "properties": { "allow_compat_mode": true, "use_compat_mode": true } }\n' "$work" > "$work/cufile-compat.json"
+  CUFILE_ENV_PATH_JSON=$work/cufile-compat.json gpq read "$data/diag/orders.parquet" --io cufile-compat --io-only --verify >> "$OUT/cufile-diag.txt" 2>&1
+  note "use_compat_mode config: rc=$?"
+  dev=$(stat -c '%d' "$work"); maj=$((dev >> 8)); min=$((dev & 255))
+  ls -la /run/udev/data 2>&1 | head -3 >> "$OUT/cufile-diag.txt"
+  mkdir -p /run/udev/data && printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n' > /run/udev/data/b$maj:$min
+  gpq read "$data/diag/orders.parquet" --io cufile-compat --io-only --verify >> "$OUT/cufile-diag.txt" 2>&1
+  note "with a udev record for b$maj:$min: rc=$?"
+  rm -f /run/udev/data/b$maj:$min
   find / -name "cufile.log" -newer "$here/run.sh" 2>/dev/null | head -3 | while read -r l; do echo "--- $l"; tail -20 "$l"; done >> "$OUT/cufile-diag.txt"
   tail -40 "$OUT/cufile-diag.txt"
 }
 
 stage_sanitizer() {
-  for t in "$work"/bin/test-decode*; do
+  for t in "$work"/bin/test-decode* "$work"/bin/test-corrupt* "$work"/bin/test-io*; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
-    compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --test-threads=1 > "$OUT/sanitizer-$name.log" 2>&1
+    GPQ_TEST_SMALL=1 GPQ_SF10_LINEITEM= compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --test-threads=1 > "$OUT/sanitizer-$name.log" 2>&1
     note "memcheck $name: rc=$? $(grep -E 'ERROR SUMMARY|test result' "$OUT/sanitizer-$name.log" | tr '\n' ' ')"
   done
+}
+
+stage_suite() {
+  # The side-by-side suite (issue 4): 8 tables x 3 layouts, warm and cold, at SF10.
+  gpq bench -s 10 --data "$data/suite" --cold --repeat 3 --out "$OUT/suite" > "$OUT/suite.log" 2>&1
+  note "suite: rc=$?"
+  cat "$OUT/suite.md" 2>/dev/null | tee -a "$summary" || tail -20 "$OUT/suite.log" | tee -a "$summary"
+}
+
+stage_criterion() {
+  f=${GPQ_SF10_LINEITEM:-$data/sf10/lineitem.parquet}
+  for b in "$work"/bin/bench-*; do
+    [ -e "$b" ] || continue
+    GPQ_BENCH_FILE=$f "$b" --bench --warm-up-time 1 --measurement-time 4 --sample-size 10 > "$OUT/criterion-$(basename "$b").log" 2>&1
+    note "criterion $(basename "$b"): rc=$?"
+    grep -E "^[a-z_/]+ +time:|thrpt:" -A0 "$OUT/criterion-$(basename "$b").log" | tee -a "$summary"
+  done
+}
+
+stage_tpch_bench() {
+  # 22 TPC-H queries through DataFusion at SF10: built-in Parquet vs gpq's provider (issue 5).
+  d=$data/suite/default
+  if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
+  cat "$d"/*.parquet > /dev/null
+  gpq bench tpch --data "$d" --repeat 3 --backend gpu 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
 }
 
 for s in "$@"; do

@@ -15,10 +15,11 @@ rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib"
 
 echo "== building release binaries"
-cargo build --release --bins
-json=$(cargo test --release --no-run --message-format=json 2>/dev/null)
-cargo bench --no-run >/dev/null 2>&1 || true
-bench_json=$(cargo bench --no-run --message-format=json 2>/dev/null || true)
+# One feature set for everything (tests pull in dev-dependencies): `cargo test`
+# builds the CLI binary too, so the bin, tests and benches share artifacts.
+cargo test --release --no-run
+cargo test --release --no-run --message-format=json 2>/dev/null > "$stage/test.json"
+cargo bench --no-run --message-format=json 2>/dev/null > "$stage/bench.json" || true
 
 copy() { # copy and strip an executable into .device/bin under a stable name
   local src=$1 name=$2
@@ -26,20 +27,23 @@ copy() { # copy and strip an executable into .device/bin under a stable name
   strip --strip-debug "$stage/bin/$name" 2>/dev/null || true
 }
 copy target/release/gpq gpq
-python3 - "$json" "$bench_json" <<'PY' > "$stage/executables.txt"
+python3 - "$stage/test.json" "$stage/bench.json" <<'PY' > "$stage/executables.txt"
 import json, sys
-for blob, kind in ((sys.argv[1], "test"), (sys.argv[2], "bench")):
-    for line in blob.splitlines():
+for path, kind in ((sys.argv[1], "test"), (sys.argv[2], "bench")):
+    for line in open(path):
         try:
             m = json.loads(line)
         except ValueError:
             continue
-        if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
+        kinds = m.get("target", {}).get("kind", [])
+        wanted = kinds == ["bench"] if kind == "bench" else kinds != ["bin"]
+        if m.get("reason") == "compiler-artifact" and m.get("executable") and wanted:
             print(kind, m["target"]["name"], m["executable"])
 PY
 while read -r kind name exe; do
   copy "$exe" "$kind-$name"
 done < "$stage/executables.txt"
+rm -f "$stage/test.json" "$stage/bench.json"
 
 echo "== staging nvCOMP (pip wheel nvidia-libnvcomp-cu13) and NVRTC (already on the device)"
 whl=$(ls .whl/nvidia_libnvcomp_cu13-*.whl 2>/dev/null | head -1 || true)

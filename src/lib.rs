@@ -13,6 +13,9 @@
 #![warn(missing_docs)]
 
 pub mod arrow;
+pub mod baseline;
+#[cfg(feature = "datafusion")]
+pub mod datafusion;
 pub mod decode;
 pub mod error;
 pub mod gpu;

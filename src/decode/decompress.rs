@@ -16,7 +16,7 @@ use std::time::Instant;
 use parquet::basic::Compression;
 use tracing::{info, warn};
 
-use super::descriptors::{CopyDesc, PageInfo, as_bytes, from_bytes, page_type};
+use super::descriptors::{CopyDesc, as_bytes, from_bytes, page_type};
 use super::nvcomp::{self, Codec};
 use super::pages::{PageTable, corrupt};
 use crate::error::{Error, Result};
@@ -189,7 +189,7 @@ pub fn decompress(
         let why = reasons.join("; ");
         warn!(pages = cpu.len(), reason = %why, "decompressing pages on the CPU");
         stats.fallback = Some(why);
-        cpu_decompress(plan, table, raw, &buffer, &cpu, stream)?;
+        cpu_decompress(plan, table, raw, &buffer, &cpu, stream, WriteBack::Covering)?;
         stats.cpu_pages = cpu.len();
     }
 
@@ -271,22 +271,41 @@ pub fn decompress(
     for (k, j) in jobs.iter().enumerate() {
         job_of_page[j.page] = k;
     }
+    // Pages nvCOMP rejects (gzip files of several members, say) get a second
+    // chance on the CPU; a page neither can decompress is corrupt.
+    let mut retry: Vec<&Job> = Vec::new();
+    let mut gpu_errors: Vec<String> = Vec::new();
     for (codec, page_ids, d_out) in checks {
         let n = page_ids.len();
         let bytes = d_out.to_host()?;
         let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
         let statuses: Vec<i32> = from_bytes(&bytes[8 * n..]);
         for (k, &pi) in page_ids.iter().enumerate() {
-            let p: &PageInfo = &table.pages[pi];
             let job = &jobs[job_of_page[pi]];
-            let (ci, page_no) = (p.chunk as usize, table.page_in_chunk(pi));
-            if statuses[k] != 0 {
-                return Err(corrupt(plan, ci, page_no, format!("nvCOMP {codec:?}: {} ({})", nvcomp::status_name(statuses[k]), statuses[k])));
-            }
-            if sizes[k] != job.out_len as u64 {
-                return Err(corrupt(plan, ci, page_no, format!("decompressed to {} bytes, the page header says {}", sizes[k], job.out_len)));
+            let problem = if statuses[k] != 0 {
+                Some(format!("nvCOMP {codec:?}: {} ({})", nvcomp::status_name(statuses[k]), statuses[k]))
+            } else if sizes[k] != job.out_len as u64 {
+                Some(format!("nvCOMP {codec:?} decompressed to {} bytes, the page header says {}", sizes[k], job.out_len))
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                gpu_errors.push(p);
+                retry.push(job);
             }
         }
+    }
+    if !retry.is_empty() {
+        warn!(pages = retry.len(), first = %gpu_errors[0], "nvCOMP rejected pages; retrying them on the CPU");
+        cpu_decompress(plan, table, raw, &buffer, &retry, stream, WriteBack::PerPage).map_err(|e| match e {
+            Error::CorruptPage { file, row_group, column, page, kind } => {
+                Error::CorruptPage { file, row_group, column, page, kind: format!("{kind} (and {})", gpu_errors[0]) }
+            }
+            other => other,
+        })?;
+        stats.gpu_pages -= retry.len();
+        stats.cpu_pages += retry.len();
+        stats.fallback.get_or_insert_with(|| format!("nvCOMP rejected {} pages: {}", retry.len(), gpu_errors[0]));
     }
     if stats.gpu_pages > 0 {
         info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
@@ -311,6 +330,16 @@ fn batched_copy(
     Ok(())
 }
 
+/// How CPU results go back to the device.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WriteBack {
+    /// One copy of the range covering every job's slot (anything in between
+    /// is overwritten, so only before the GPU writes its slots).
+    Covering,
+    /// One copy per page (safe at any time).
+    PerPage,
+}
+
 /// Decompresses `jobs` on the CPU and copies the results into `out`.
 fn cpu_decompress(
     plan: &ReadPlan,
@@ -319,23 +348,21 @@ fn cpu_decompress(
     out: &DeviceBuffer,
     jobs: &[&Job],
     stream: &Arc<GpuStream>,
+    write_back: WriteBack,
 ) -> Result<()> {
-    let t = Instant::now();
-    // Fetch the compressed bytes, one copy per chunk involved.
-    let mut chunk_bytes: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-    for j in jobs {
-        let ci = table.pages[j.page].chunk as usize;
-        if let std::collections::btree_map::Entry::Vacant(e) = chunk_bytes.entry(ci) {
-            let c = &plan.chunks[ci];
-            e.insert(raw.copy_range_to_host(c.device_offset, c.len)?);
-        }
+    if jobs.is_empty() {
+        return Ok(());
     }
+    let t = Instant::now();
+    // The compressed bytes, in one copy of the range covering them all.
+    let in_lo = jobs.iter().map(|j| j.input - raw.ptr()).min().unwrap_or(0);
+    let in_hi = jobs.iter().map(|j| j.input - raw.ptr() + j.input_len as u64).max().unwrap_or(0);
+    let input = raw.copy_range_to_host(in_lo, in_hi - in_lo)?;
     let lo = jobs.iter().map(|j| j.out_offset).min().unwrap_or(0);
     let hi = jobs.iter().map(|j| j.out_offset + j.out_len as u64).max().unwrap_or(0);
     let mut host = vec![0u8; (hi - lo) as usize];
-    // Hand each thread disjoint output slices, largest pages spread first.
     let mut order: Vec<&&Job> = jobs.iter().collect();
-    order.sort_by(|a, b| a.out_offset.cmp(&b.out_offset));
+    order.sort_by_key(|j| j.out_offset);
     let mut slices: Vec<(&Job, &mut [u8])> = Vec::with_capacity(order.len());
     let mut rest: &mut [u8] = &mut host;
     let mut at = lo;
@@ -347,33 +374,42 @@ fn cpu_decompress(
         rest = tail;
         at = j.out_offset + j.out_len as u64;
     }
+    // Small groups pulled from a shared queue keep the threads evenly busy.
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).min(slices.len()).max(1);
-    let per = slices.len().div_ceil(threads);
+    let group = slices.len().div_ceil(threads * 8).max(1);
+    let queue = std::sync::Mutex::new(slices.chunks_mut(group));
     let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = slices
-            .chunks_mut(per)
-            .map(|group| {
-                let chunk_bytes = &chunk_bytes;
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (queue, input) = (&queue, &input);
                 s.spawn(move || -> Result<()> {
-                    for (j, dst) in group.iter_mut() {
-                        let p = &table.pages[j.page];
-                        let ci = p.chunk as usize;
-                        let c = &plan.chunks[ci];
-                        let bytes = &chunk_bytes[&ci];
-                        let start = (j.input - raw.ptr() - c.device_offset) as usize;
-                        let input = &bytes[start..start + j.input_len];
-                        super::cpu_codecs::decompress(j.codec, input, dst)
-                            .map_err(|e| corrupt(plan, ci, table.page_in_chunk(j.page), e))?;
+                    loop {
+                        let Some(batch) = queue.lock().unwrap_or_else(|p| p.into_inner()).next() else { return Ok(()) };
+                        for (j, dst) in batch.iter_mut() {
+                            let start = (j.input - raw.ptr() - in_lo) as usize;
+                            let src = &input[start..start + j.input_len];
+                            let ci = table.pages[j.page].chunk as usize;
+                            super::cpu_codecs::decompress(j.codec, src, dst)
+                                .map_err(|e| corrupt(plan, ci, table.page_in_chunk(j.page), e))?;
+                        }
                     }
-                    Ok(())
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidOptions("decompression thread panicked".into())))).collect()
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    // SAFETY: [lo, hi) lies inside `out`; the stream is synchronized before `host` is dropped.
-    unsafe { stream.copy_htod_async(out.ptr() + lo, host.as_ptr(), host.len())? };
+    match write_back {
+        // SAFETY: [lo, hi) lies inside `out`; the stream is synchronized before `host` is dropped.
+        WriteBack::Covering => unsafe { stream.copy_htod_async(out.ptr() + lo, host.as_ptr(), host.len())? },
+        WriteBack::PerPage => {
+            for j in jobs {
+                let at = (j.out_offset - lo) as usize;
+                // SAFETY: each slot lies inside `out`; synchronized below.
+                unsafe { stream.copy_htod_async(out.ptr() + j.out_offset, host[at..].as_ptr(), j.out_len)? };
+            }
+        }
+    }
     stream.synchronize()?;
     info!(pages = jobs.len(), ms = t.elapsed().as_secs_f64() * 1e3, "CPU decompression done");
     Ok(())

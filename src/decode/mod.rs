@@ -148,7 +148,7 @@ pub fn decode(chunks: DeviceChunks, mode: DecompressMode, t_start: Instant) -> R
     stats.pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
 
     let t = Instant::now();
-    let columns = decode_values(&plan, &table, &dec, &recipes, num_rows, &stream)?;
+    let columns = decode_columns(&plan, &table, &dec, &recipes, num_rows, &stream)?;
     stats.decode = t.elapsed();
     drop(dec);
     drop(raw);
@@ -175,7 +175,9 @@ struct Outputs {
     scratch: Option<(DeviceBuffer, DeviceBuffer)>,
 }
 
-fn decode_values(
+/// Stage 3 on its own: decodes the (decompressed) pages of `table` into
+/// device columns of `num_rows` rows each, following `recipes`.
+pub fn decode_columns(
     plan: &ReadPlan,
     table: &PageTable,
     dec: &Decompressed,

@@ -17,8 +17,8 @@ use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
 
-/// Turns a driver result into a gpq error naming the call.
-pub(crate) fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
+/// Turns a CUDA driver result into a gpq error naming the call.
+pub fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         return Ok(());
     }

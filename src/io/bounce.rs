@@ -146,3 +146,66 @@ fn worker(
         slot.events[b].record(&slot.stream)?;
     }
 }
+
+/// Experimental variant (`GPQ_IO_MMAP=1`): no staging copy at all. The file is
+/// mapped, each task's pages are page-locked in place with
+/// `cuMemHostRegister(READ_ONLY)` and copied by DMA straight from the page
+/// cache, then unlocked. Measured against the staging path in BENCHMARKS.md.
+pub fn read_mmap(ctx: &Arc<GpuContext>, path: &Path, layout: &IoLayout, dst: &DeviceBuffer, threads: usize) -> Result<()> {
+    use cudarc::driver::sys;
+    if layout.tasks.is_empty() {
+        return Ok(());
+    }
+    if ctx.is_emulated() {
+        return Err(Error::InvalidOptions("GPQ_IO_MMAP needs a GPU".into()));
+    }
+    let file = open(path, false)?;
+    let len = layout.ranges.iter().map(|r| r.file_offset + r.read_len).max().unwrap_or(0) as usize;
+    // SAFETY: a read-only shared mapping of a file we keep open; unmapped below.
+    let base = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&file), 0)
+    };
+    if base == libc::MAP_FAILED {
+        return Err(Error::Io { file: path.to_path_buf(), offset: 0, len: len as u64, source: std::io::Error::last_os_error() });
+    }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let base_addr = base as usize;
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (next, failed) = (&next, &failed);
+                scope.spawn(move || -> Result<()> {
+                    ctx.bind()?;
+                    let stream = ctx.new_stream()?;
+                    while !failed.load(Ordering::Relaxed) {
+                        let Some(task) = layout.tasks.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                        let host = (base_addr + task.file_offset as usize) as *mut std::ffi::c_void;
+                        let bytes = (task.len as usize).div_ceil(4096) * 4096;
+                        // SAFETY: the range lies in the mapping (page-aligned start, length rounded to pages
+                        // within the mapping's last page); unregistered before the mapping goes.
+                        let r = unsafe { sys::cuMemHostRegister_v2(host, bytes, sys::CU_MEMHOSTREGISTER_READ_ONLY) };
+                        if let Err(e) = crate::gpu::check("cuMemHostRegister", r) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                        // SAFETY: registered source; destination inside dst.
+                        let copied = unsafe { stream.copy_htod_async(dst.ptr() + task.device_offset, host as *const u8, task.len as usize) }
+                            .and_then(|_| stream.synchronize());
+                        // SAFETY: registered above.
+                        unsafe { sys::cuMemHostUnregister(host) };
+                        if let Err(e) = copied {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidOptions("IO worker panicked".into())))).collect()
+    });
+    // SAFETY: mapped above; no registration is left.
+    unsafe { libc::munmap(base, len) };
+    results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+}

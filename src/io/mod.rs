@@ -96,7 +96,11 @@ pub fn read_to_device(
             let direct = options.resolved_direct();
             let buf = DeviceBuffer::alloc(stream, layout.device_bytes, "column chunks")?;
             stream.synchronize()?;
-            bounce::read(&ctx, path, layout, &buf, threads, options.resolved_task_size()?, direct)?;
+            if std::env::var("GPQ_IO_MMAP").is_ok_and(|v| v == "1") {
+                bounce::read_mmap(&ctx, path, layout, &buf, threads)?;
+            } else {
+                bounce::read(&ctx, path, layout, &buf, threads, options.resolved_task_size()?, direct)?;
+            }
             (buf, direct)
         }
         IoPath::Gds | IoPath::CufileCompat => {

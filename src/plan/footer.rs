@@ -31,8 +31,18 @@ impl Footer {
     }
 }
 
-/// Reads the footer of `path`.
+/// Reads the footer of `path`, without the page index (decoding does not need it,
+/// and on files with many row groups it is most of the footer's cost).
 pub fn read_footer(path: &Path) -> Result<Footer> {
+    read_footer_impl(path, false)
+}
+
+/// Reads the footer of `path` with its page index (column and offset indexes), where present.
+pub fn read_footer_with_page_index(path: &Path) -> Result<Footer> {
+    read_footer_impl(path, true)
+}
+
+fn read_footer_impl(path: &Path, page_index: bool) -> Result<Footer> {
     let io_err = |offset: u64, len: u64, source: std::io::Error| Error::Io {
         file: path.to_path_buf(),
         offset,
@@ -46,7 +56,8 @@ pub fn read_footer(path: &Path) -> Result<Footer> {
     let parse = |policy| ParquetMetaDataReader::new().with_page_index_policy(policy).parse_and_finish(&file);
     // A damaged or unreadable page index is not worth failing the read for:
     // gpq only uses it for planning hints, so retry without it.
-    let metadata = parse(PageIndexPolicy::Optional)
+    let first = if page_index { PageIndexPolicy::Optional } else { PageIndexPolicy::Skip };
+    let metadata = parse(first)
         .or_else(|first| {
             parse(PageIndexPolicy::Skip).inspect(|_| {
                 tracing::warn!(file = %path.display(), error = %first, "page index unreadable; reading without it")

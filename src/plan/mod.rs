@@ -19,7 +19,7 @@ use parquet::basic::{Compression, Type as PhysicalType};
 use parquet::file::metadata::ParquetMetaData;
 
 pub use columns::{LeafColumn, PlannedColumn};
-pub use footer::{Footer, read_footer};
+pub use footer::{Footer, read_footer, read_footer_with_page_index};
 pub use ranges::{IoLayout, IoRange, IoTask};
 
 use crate::error::{Error, Result};

@@ -8,11 +8,14 @@ use gpq::{IoPath, ReadOptions};
 
 use crate::{human_bytes, median};
 
-/// Arguments of `gpq bench`.
+/// Arguments of `gpq bench`: without a subcommand, the side-by-side TPC-H suite.
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
     #[command(subcommand)]
-    pub what: BenchWhat,
+    pub what: Option<BenchWhat>,
+    #[command(flatten)]
+    pub suite: crate::suite::SuiteArgs,
 }
 
 /// Which benchmark.
@@ -22,6 +25,9 @@ pub enum BenchWhat {
     Io(IoBenchArgs),
     /// Full reads (plan, IO, page headers, decompression, decode) of column sets of one file.
     Decode(DecodeBenchArgs),
+    /// The 22 TPC-H queries through DataFusion: built-in Parquet tables vs gpq tables.
+    #[cfg(feature = "datafusion")]
+    Tpch(crate::sql::TpchBenchArgs),
 }
 
 /// Arguments of `gpq bench decode`.
@@ -70,8 +76,11 @@ pub struct IoBenchArgs {
 
 pub fn run(args: BenchArgs) -> gpq::Result<ExitCode> {
     match args.what {
-        BenchWhat::Io(a) => io(a),
-        BenchWhat::Decode(a) => decode(a),
+        None => crate::suite::run(args.suite),
+        Some(BenchWhat::Io(a)) => io(a),
+        Some(BenchWhat::Decode(a)) => decode(a),
+        #[cfg(feature = "datafusion")]
+        Some(BenchWhat::Tpch(a)) => crate::sql::bench_tpch(a),
     }
 }
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use gpq::ReadOptions;
-use gpq::plan::{ReadPlan, read_footer};
+use gpq::plan::{ReadPlan, read_footer_with_page_index};
 
 use crate::human_bytes;
 
@@ -26,7 +26,7 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> gpq::Result<ExitCode> {
-    let footer = read_footer(&args.file)?;
+    let footer = read_footer_with_page_index(&args.file)?;
     let md = footer.metadata.clone();
     let fm = md.file_metadata();
     println!("file:        {} ({} bytes)", args.file.display(), footer.file_size);

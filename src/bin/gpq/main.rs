@@ -2,9 +2,13 @@
 //! plans, read files onto the GPU, and benchmark.
 
 mod bench;
+mod demo;
 mod generate;
 mod inspect;
 mod read;
+#[cfg(feature = "datafusion")]
+mod sql;
+mod suite;
 
 use std::process::ExitCode;
 
@@ -23,6 +27,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: generate a small TPC-H set and read it onto the GPU, printing IO path and stage times.
+    Demo(demo::DemoArgs),
     /// Generate TPC-H tables as Parquet files.
     Gen(generate::GenArgs),
     /// Show a file's row groups, columns, pages and the IO plan gpq would make.
@@ -31,6 +37,12 @@ enum Command {
     Read(read::ReadArgs),
     /// Run benchmarks.
     Bench(bench::BenchArgs),
+    /// Run SQL over a directory of Parquet tables scanned by gpq (DataFusion).
+    #[cfg(feature = "datafusion")]
+    Sql(sql::SqlArgs),
+    /// Run TPC-H queries over `gpq gen` output scanned by gpq (DataFusion).
+    #[cfg(feature = "datafusion")]
+    Tpch(sql::TpchArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,10 +57,15 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 
     let result = match cli.command {
+        Command::Demo(a) => demo::run(a),
         Command::Gen(a) => generate::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Read(a) => read::run(a),
         Command::Bench(a) => bench::run(a),
+        #[cfg(feature = "datafusion")]
+        Command::Sql(a) => sql::run_sql(a),
+        #[cfg(feature = "datafusion")]
+        Command::Tpch(a) => sql::run_tpch(a),
     };
     match result {
         Ok(code) => code,

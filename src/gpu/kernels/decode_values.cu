@@ -13,8 +13,19 @@ GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
       else for (u32 i = 0; i < out; i++) dst[i] = src[i];
       break;
     case GPQ_KIND_SEXT: {
-      u8 fill = (src[in - 1] & 0x80) ? 0xff : 0;
-      for (u32 i = 0; i < out; i++) dst[i] = i < in ? src[i] : fill;
+      // Aligned fast paths for the common decimal widenings.
+      if (in == 8 && out == 16 && !(((u64)src | (u64)dst) & 7)) {
+        i64 v = *(const i64*)src;
+        ((i64*)dst)[0] = v;
+        ((i64*)dst)[1] = v >> 63;
+      } else if (in == 4 && (out == 8 || out == 16) && !((u64)src & 3) && !((u64)dst & 7)) {
+        i64 v = *(const i32*)src;
+        ((i64*)dst)[0] = v;
+        if (out == 16) ((i64*)dst)[1] = v >> 63;
+      } else {
+        u8 fill = (src[in - 1] & 0x80) ? 0xff : 0;
+        for (u32 i = 0; i < out; i++) dst[i] = i < in ? src[i] : fill;
+      }
       break;
     }
     case GPQ_KIND_MUL: {
