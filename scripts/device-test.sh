@@ -4,9 +4,13 @@
 # and prints how to run them on the device machine.
 #
 #   scripts/device-test.sh            # build and stage
-#   then, with the device tool:  run  command: "bash .device/run.sh tests"   carry: [".device"]
+#   then, with the device tool:  run  command: "bash .device/core/run.sh tests"   carry: [".device/core"]
 #
-# .device/run.sh takes stages: tests, sanitizer, bench-io, bench-decode, tpch, all (see scripts/device-run.sh).
+# The device tool carries at most 64 MiB per call, and the DataFusion binaries
+# are large, so there are two bundles, each with the CLI and nvCOMP:
+#   .device/core  the core test binaries, the criterion benches, parquet-testing
+#   .device/df    the DataFusion test binary (for the tpch stages)
+# run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,7 +28,7 @@ cargo bench --no-run --message-format=json 2>/dev/null > "$stage/bench.json" || 
 copy() { # copy and strip an executable into .device/bin under a stable name
   local src=$1 name=$2
   cp "$src" "$stage/bin/$name"
-  strip --strip-debug "$stage/bin/$name" 2>/dev/null || true
+  strip --strip-all "$stage/bin/$name" 2>/dev/null || true
 }
 copy target/release/gpq gpq
 python3 - "$stage/test.json" "$stage/bench.json" <<'PY' > "$stage/executables.txt"
@@ -59,11 +63,20 @@ for n in z.namelist():
     if n.endswith("libnvcomp.so.6"):
         open(os.path.join(sys.argv[2], "libnvcomp.so.6"), "wb").write(z.read(n))
 PY
-cp scripts/device-run.sh "$stage/run.sh"
+bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
+  local name=$1; shift
+  mkdir -p "$stage/$name"
+  cp scripts/device-run.sh "$stage/$name/run.sh"
+  ( cd "$stage" && tar -cf - "$@" | xz -9e -T0 > "$name/payload.tar.xz" )
+  du -sh "$stage/$name/payload.tar.xz"
+}
+core=(bin/gpq $(cd "$stage" && ls bin/test-* bin/bench-* | grep -v datafusion) lib)
+bundle core "${core[@]}"
+bundle df bin/gpq $(cd "$stage" && ls bin/test-*datafusion*) lib
 if [ -d ../shared/parquet-testing/data ]; then
-  mkdir -p "$stage/parquet-testing" && cp ../shared/parquet-testing/data/* "$stage/parquet-testing/"
+  mkdir -p "$stage/core/parquet-testing" && cp ../shared/parquet-testing/data/* "$stage/core/parquet-testing/"
 fi
-( cd "$stage" && tar -cf - bin lib | xz -6 -T0 > payload.tar.xz && rm -rf bin lib )
-du -sh "$stage"/payload.tar.xz
+rm -rf "$stage/bin" "$stage/lib"
 echo
-echo "Staged. Run on the device with:  command: bash .device/run.sh tests   carry: [\".device\"]"
+echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
+echo "                          or:  command: bash .device/df/run.sh tpch-test   carry: [\".device/df\"]"

@@ -29,5 +29,5 @@ pub use plan::ReadPlan;
 pub mod tpch;
 pub mod reader;
 
-pub use reader::{DeviceChunks, read_column_chunks, read_parquet_to_device};
+pub use reader::{DeviceChunks, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer};
 pub use arrow::{DeviceColumn, DeviceTable, ReadStats};

@@ -99,7 +99,7 @@ impl fmt::Display for ColumnSelector {
 /// Default alignment of IO ranges: O_DIRECT and cuFile want 4 KiB.
 pub const IO_ALIGNMENT: u64 = 4096;
 /// Default largest piece one IO task reads.
-pub const DEFAULT_TASK_SIZE: u64 = 8 << 20;
+pub const DEFAULT_TASK_SIZE: u64 = 4 << 20;
 /// Default largest gap between two chunks that is read through rather than split.
 pub const DEFAULT_MERGE_GAP: u64 = 64 << 10;
 
@@ -110,7 +110,7 @@ pub struct IoOptions {
     pub path: IoPath,
     /// Worker threads; `None` defers to `GPQ_IO_THREADS`, then to the number of cores (at most 16).
     pub threads: Option<usize>,
-    /// Largest read one task issues; `None` defers to `GPQ_IO_TASK_SIZE`, then 8 MiB.
+    /// Largest read one task issues; `None` defers to `GPQ_IO_TASK_SIZE`, then 4 MiB.
     pub task_size: Option<u64>,
     /// Chunks whose gap is at most this many bytes are read as one range.
     pub merge_gap: u64,

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::gpu::{DeviceBuffer, GpuContext, GpuStream};
 use crate::io::{IoStats, read_to_device};
 use crate::options::ReadOptions;
-use crate::plan::ReadPlan;
+use crate::plan::{Footer, ReadPlan};
 
 /// Column-chunk bytes of a plan, resident in device memory.
 ///
@@ -69,9 +69,22 @@ pub fn read_planned_chunks(
 /// # Ok::<(), gpq::Error>(())
 /// ```
 pub fn read_parquet_to_device(path: impl AsRef<Path>, options: &ReadOptions) -> Result<DeviceTable> {
+    read_to_device_with(path.as_ref(), None, options)
+}
+
+/// Like [`read_parquet_to_device`], with the file's footer already loaded (for
+/// callers that read one file in many pieces, such as the DataFusion provider).
+pub fn read_parquet_to_device_with_footer(path: impl AsRef<Path>, footer: Footer, options: &ReadOptions) -> Result<DeviceTable> {
+    read_to_device_with(path.as_ref(), Some(footer), options)
+}
+
+fn read_to_device_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Result<DeviceTable> {
     let t0 = Instant::now();
     let mode = options.resolved_decompress()?;
-    let plan = ReadPlan::new(path.as_ref(), options)?;
+    let plan = match footer {
+        Some(footer) => ReadPlan::from_footer(path, footer, options)?,
+        None => ReadPlan::new(path, options)?,
+    };
     // Fail on unsupported columns before any IO.
     crate::decode::column_recipes(&plan)?;
     let plan_time = t0.elapsed();

@@ -174,13 +174,17 @@ fn sf10_lineitem_every_path() {
         return;
     };
     let path = PathBuf::from(path);
-    let mut paths = vec![IoPath::Bounce];
-    if gpq::io::probe().cufile_compat.is_ok() {
-        paths.push(IoPath::CufileCompat);
-    }
-    for p in paths {
+    let expect_compat = std::env::var("GPQ_EXPECT_CUFILE_COMPAT").is_ok_and(|v| v == "1");
+    for p in [IoPath::Bounce, IoPath::CufileCompat] {
         let o = ReadOptions::new().with_io_path(p).with_io_threads(16);
-        let chunks = gpq::read_column_chunks(&path, &o).unwrap();
+        let chunks = match gpq::read_column_chunks(&path, &o) {
+            Ok(c) => c,
+            Err(e @ Error::CufileUnavailable { .. }) if !expect_compat => {
+                eprintln!("NOTE: {p} unavailable here: {e}");
+                continue;
+            }
+            Err(e) => panic!("{p}: {e}"),
+        };
         let dev = device_chunk_checksums(&chunks).unwrap();
         let host = file_chunk_checksums(&chunks).unwrap();
         let bad = dev.iter().zip(&host).filter(|(a, b)| a != b).count();

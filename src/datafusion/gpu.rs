@@ -21,7 +21,10 @@ use super::units::ScanUnit;
 use super::{cpu, to_df_error};
 use crate::error::Error;
 use crate::options::ColumnSelector;
-use crate::read_parquet_to_device;
+use crate::read_parquet_to_device_with_footer;
+
+/// IO threads of one partition's device read, unless the options set them.
+const PARTITION_IO_THREADS: usize = 4;
 
 /// Reads every unit of the partition.
 pub(crate) fn produce(scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
@@ -57,13 +60,18 @@ fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Resu
     let Some(first) = units.first() else { return Ok(()) };
     let file = &scan.files[first.file];
     let (roots, positions) = read_layout(file, &scan.columns);
-    let options = scan
+    let mut options = scan
         .options
         .read
         .clone()
         .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
         .with_row_groups(units.iter().map(|u| u.row_group));
-    let table = match read_parquet_to_device(&file.path, &options) {
+    if options.io.threads.is_none() {
+        // Every partition reads at once; a few IO threads each keep the
+        // machine busy without hundreds of threads contending.
+        options = options.with_io_threads(PARTITION_IO_THREADS);
+    }
+    let table = match read_parquet_to_device_with_footer(&file.path, file.footer.clone(), &options) {
         Ok(table) => table,
         Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
             warn!(file = %file.path.display(), row_groups = units.len(), "GPU cannot decode this read, decoding on the CPU: {e}");

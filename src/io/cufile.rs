@@ -13,7 +13,7 @@
 //! it before opening the driver.
 
 use std::ffi::c_void;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -298,7 +298,12 @@ pub fn read(
             Some(c) => format!(" (config {}; see cufile.log beside it)", c.display()),
             None => String::new(),
         };
-        return Err(unavailable(format!("cuFileHandleRegister failed for {}: {}{log_hint}", path.display(), describe(r))));
+        let udev_hint = missing_udev_record(&file).unwrap_or_default();
+        return Err(unavailable(format!(
+            "cuFileHandleRegister failed for {}: {}{udev_hint}{log_hint}",
+            path.display(),
+            describe(r)
+        )));
     }
     let handle = Handle { driver: &driver, raw };
 
@@ -364,4 +369,24 @@ pub fn read(
     }
     drop(handle);
     results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+}
+
+/// cuFile identifies a file's filesystem through the udev database
+/// (`ID_FS_USAGE` of the block device). Containers and micro-VMs without udev
+/// lack `/run/udev/data/b<major>:<minor>`, and cuFile then refuses to register
+/// any file on that device, even in compatibility mode. Returns an explanation
+/// when that record is missing.
+fn missing_udev_record(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = file.metadata().ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let record = format!("/run/udev/data/b{major}:{minor}");
+    if Path::new(&record).exists() {
+        return None;
+    }
+    Some(format!(
+        "; the udev record {record} of the file's block device is missing (no udev here), and cuFile needs its \
+         ID_FS_USAGE property to identify the filesystem; where you may, create that file with the line \
+         `E:ID_FS_USAGE=filesystem`, else use the bounce path"
+    ))
 }

@@ -65,7 +65,7 @@ pub fn choose_path(options: &IoOptions) -> Result<(IoPath, String)> {
     match options.resolved_path()? {
         IoPath::Auto => {
             let p = probe();
-            match &p.gds {
+            match p.gds() {
                 Ok(()) => Ok((IoPath::Gds, "auto: nvidia-fs is live, using GPUDirect Storage".into())),
                 Err(why) => Ok((IoPath::Bounce, format!("auto: GDS unavailable ({why}); using the bounce path"))),
             }
@@ -96,11 +96,7 @@ pub fn read_to_device(
             let direct = options.resolved_direct();
             let buf = DeviceBuffer::alloc(stream, layout.device_bytes, "column chunks")?;
             stream.synchronize()?;
-            if std::env::var("GPQ_IO_MMAP").is_ok_and(|v| v == "1") {
-                bounce::read_mmap(&ctx, path, layout, &buf, threads)?;
-            } else {
-                bounce::read(&ctx, path, layout, &buf, threads, options.resolved_task_size()?, direct)?;
-            }
+            bounce::read(&ctx, path, layout, &buf, threads, options.resolved_task_size()?, direct)?;
             (buf, direct)
         }
         IoPath::Gds | IoPath::CufileCompat => {

@@ -64,7 +64,7 @@ pub struct IoBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     pub threads: Vec<usize>,
     /// Task sizes to compare (comma-separated, e.g. 4M,8M).
-    #[arg(long, value_delimiter = ',', default_value = "8M")]
+    #[arg(long, value_delimiter = ',', default_value = "4M")]
     pub task_sizes: Vec<String>,
     /// Timed repetitions per configuration (after one warm-up).
     #[arg(long, default_value_t = 5)]
