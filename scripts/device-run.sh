@@ -115,6 +115,7 @@ stage_sanitizer() {
     name=$(basename "$t")
     GPQ_TEST_SMALL=1 GPQ_SF10_LINEITEM= compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --test-threads=1 > "$OUT/sanitizer-$name.log" 2>&1
     note "memcheck $name: rc=$? $(grep -E 'ERROR SUMMARY|test result' "$OUT/sanitizer-$name.log" | tr '\n' ' ')"
+    note "  memory access errors: $(grep -cE 'Invalid __(global|shared|local)__|out of bounds|misaligned' "$OUT/sanitizer-$name.log"); API errors: $(grep 'Program hit' "$OUT/sanitizer-$name.log" | sed 's/.*Program hit //' | sort | uniq -c | tr '\n' ';')"
   done
 }
 

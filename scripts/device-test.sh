@@ -79,4 +79,4 @@ fi
 rm -rf "$stage/bin" "$stage/lib"
 echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
-echo "                          or:  command: bash .device/df/run.sh tpch-test   carry: [\".device/df\"]"
+echo "                          or:  command: bash .device/df/run.sh tests tpch-bench   carry: [\".device/df\"]"

@@ -40,14 +40,10 @@ pub struct DeviceColumn {
 }
 
 fn host_buffer(d: &DeviceBuffer, len: usize) -> Result<Buffer> {
-    let mut m = MutableBuffer::with_capacity(len);
-    // SAFETY: the copy below writes all `len` bytes (or fails, and `m` is
-    // dropped unread); u8 has no invalid values.
-    unsafe { m.set_len(len) };
+    let mut m = MutableBuffer::from_len_zeroed(len);
     d.copy_range_into(0, m.as_slice_mut())?;
     Ok(m.into())
 }
-
 impl DeviceColumn {
     /// Device address of the values.
     pub fn values_ptr(&self) -> u64 {

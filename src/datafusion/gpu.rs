@@ -23,9 +23,6 @@ use crate::error::Error;
 use crate::options::ColumnSelector;
 use crate::read_parquet_to_device_with_footer;
 
-/// IO threads of one partition's device read, unless the options set them.
-const PARTITION_IO_THREADS: usize = 4;
-
 /// Reads every unit of the partition.
 pub(crate) fn produce(scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
     for run in cpu::file_runs(&scan.units) {
@@ -60,17 +57,12 @@ fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Resu
     let Some(first) = units.first() else { return Ok(()) };
     let file = &scan.files[first.file];
     let (roots, positions) = read_layout(file, &scan.columns);
-    let mut options = scan
+    let options = scan
         .options
         .read
         .clone()
         .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
         .with_row_groups(units.iter().map(|u| u.row_group));
-    if options.io.threads.is_none() {
-        // Every partition reads at once; a few IO threads each keep the
-        // machine busy without hundreds of threads contending.
-        options = options.with_io_threads(PARTITION_IO_THREADS);
-    }
     let table = match read_parquet_to_device_with_footer(&file.path, file.footer.clone(), &options) {
         Ok(table) => table,
         Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
