@@ -299,7 +299,7 @@ fn empty_and_single_row_files() {
 fn tpch_tables_match() {
     let Some(ctx) = test_device() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let sf = std::env::var("GPQ_TEST_TPCH_SF").ok().and_then(|s| s.parse().ok()).unwrap_or(if ctx.is_emulated() { 0.002 } else { 0.1 });
+    let sf = std::env::var("GPQ_TEST_TPCH_SF").ok().and_then(|s| s.parse().ok()).unwrap_or(if ctx.is_emulated() { 0.002 } else { 1.0 });
     let options = gpq::tpch::GenOptions { scale_factor: sf, ..Default::default() };
     for table in gpq::tpch::Table::ALL {
         let path = gpq::tpch::generate_table(table, dir.path(), &options, &|_| {}).unwrap();
