@@ -85,28 +85,13 @@ impl GpqFile {
     }
 }
 
-/// The Parquet files at `path`: the file itself, or the `*.parquet` files of a
-/// directory (not recursive; names starting with `.` or `_` are skipped), sorted.
+/// The Parquet files of a table at `path` (see [`crate::plan::parquet_files`]);
+/// a directory without any is an error.
 pub(crate) fn discover(path: &Path) -> Result<Vec<PathBuf>> {
-    let io_err = |source| Error::Io { file: path.to_path_buf(), offset: 0, len: 0, source };
-    let meta = std::fs::metadata(path).map_err(io_err)?;
-    if !meta.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(path).map_err(io_err)? {
-        let entry = entry.map_err(io_err)?;
-        let p = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_parquet = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
-        if is_parquet && !name.starts_with('.') && !name.starts_with('_') && p.is_file() {
-            files.push(p);
-        }
-    }
+    let files = crate::plan::parquet_files(path)?;
     if files.is_empty() {
         return Err(Error::InvalidOptions(format!("{} holds no .parquet files", path.display())));
     }
-    files.sort();
     Ok(files)
 }
 

@@ -40,20 +40,6 @@ pub struct ReadArgs {
     pub decompress: String,
 }
 
-pub fn files_in(path: &Path) -> gpq::Result<Vec<PathBuf>> {
-    if path.is_dir() {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| gpq::Error::Io { file: path.to_path_buf(), offset: 0, len: 0, source })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-            .collect();
-        v.sort();
-        Ok(v)
-    } else {
-        Ok(vec![path.to_path_buf()])
-    }
-}
-
 pub fn options_from(args: &ReadArgs) -> gpq::Result<ReadOptions> {
     let mut o = ReadOptions::new().with_io_path(args.io.parse::<IoPath>()?);
     if let Some(c) = &args.columns {
@@ -74,7 +60,7 @@ pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
         return run_decode(&args);
     }
     let options = options_from(&args)?;
-    for file in files_in(&args.path)? {
+    for file in gpq::plan::parquet_files(&args.path)? {
         let mut secs = Vec::new();
         let mut last = None;
         for _ in 0..args.repeat.max(1) {
@@ -107,7 +93,7 @@ pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
 fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
     let options = options_from(args)?;
     let mut failed = false;
-    for file in files_in(&args.path)? {
+    for file in gpq::plan::parquet_files(&args.path)? {
         let mut runs = Vec::new();
         for _ in 0..args.repeat.max(1) {
             runs.push(gpq::read_parquet_to_device(&file, &options)?);
