@@ -7,9 +7,11 @@
 #   then, with the device tool:  run  command: "bash .device/core/run.sh tests"   carry: [".device/core"]
 #
 # The device tool carries at most 64 MiB per call, and the DataFusion binaries
-# are large, so there are two bundles, each with the CLI and nvCOMP:
+# are large, so there are three bundles, each with the CLI and nvCOMP:
 #   .device/core  the core test binaries, the criterion benches, parquet-testing
 #   .device/df    the DataFusion test binary (for the tpch stages)
+#   .device/check the decode and DataFusion test binaries: the GPU-to-host
+#                 copy path in one call (about 61 MiB)
 # run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +75,7 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
 core=(bin/gpq $(cd "$stage" && ls bin/test-* bin/bench-* | grep -v datafusion) lib)
 bundle core "${core[@]}"
 bundle df bin/gpq $(cd "$stage" && ls bin/test-*datafusion*) lib
+bundle check bin/gpq bin/test-decode_gpu $(cd "$stage" && ls bin/test-*datafusion*) lib
 if [ -d ../shared/parquet-testing/data ]; then
   mkdir -p "$stage/core/parquet-testing" && cp ../shared/parquet-testing/data/* "$stage/core/parquet-testing/"
 fi
@@ -80,3 +83,4 @@ rm -rf "$stage/bin" "$stage/lib"
 echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
 echo "                          or:  command: bash .device/df/run.sh tests tpch-bench   carry: [\".device/df\"]"
+echo "                          or:  command: bash .device/check/run.sh tests   carry: [\".device/check\"]"

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use arrow::array::*;
 use arrow::compute::concat_batches;
 use arrow::datatypes::*;
+use gpq::arrow::PinnedHostPool;
 use gpq::gpu::test_device;
 use gpq::{DecompressMode, Error, ReadOptions, read_parquet_to_device};
 use parquet::arrow::ArrowWriter;
@@ -35,6 +36,8 @@ fn assert_same(path: &Path, options: &ReadOptions) -> gpq::DeviceTable {
     let table = read_parquet_to_device(path, options).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let got = table.to_record_batch().unwrap();
     assert_batches_equal(path, &expected, &got);
+    let (pinned, _) = table.to_record_batch_staged().unwrap();
+    assert_batches_equal(path, &expected, &pinned);
     table
 }
 
@@ -276,6 +279,44 @@ fn projections_and_row_groups() {
     )
     .unwrap();
     assert_batches_equal(&path, &want, &got);
+}
+
+#[test]
+fn pinned_copies_return_and_reuse_their_slab() {
+    let Some(ctx) = test_device() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let rows = matrix_rows(&ctx);
+    let path = write_variant(dir.path(), rows, &Variant { codec: Compression::SNAPPY, v2: true, dictionary: true, tiny_pages: false });
+    let expected = arrow_rs(&path).unwrap();
+    let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    let pool = PinnedHostPool::with_capacity(&ctx, 1 << 30);
+
+    let (first, pinned) = table.to_record_batch_in(&pool).unwrap();
+    assert!(pinned, "a 1 GiB pool must take a {rows}-row table");
+    let held = pool.allocated();
+    assert!(held > 0);
+    assert_eq!(pool.idle(), 0, "the slab is in use while the batch lives");
+    // The host arrays outlive the device table, and a slice keeps the slab.
+    drop(table);
+    assert_batches_equal(&path, &expected, &first);
+    let slice = first.slice(1, 2);
+    drop(first);
+    assert_eq!(pool.idle(), 0);
+    drop(slice);
+    assert_eq!(pool.idle(), held, "the slab goes back when its last array is dropped");
+
+    let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    let (second, pinned) = table.to_record_batch_in(&pool).unwrap();
+    assert!(pinned);
+    assert_eq!(pool.allocated(), held, "the idle slab is reused, not a new one allocated");
+    assert_batches_equal(&path, &expected, &second);
+
+    // A pool with no room copies to pageable memory instead.
+    let full = PinnedHostPool::with_capacity(&ctx, 0);
+    let (third, pinned) = table.to_record_batch_in(&full).unwrap();
+    assert!(!pinned);
+    assert_eq!(full.allocated(), 0);
+    assert_batches_equal(&path, &expected, &third);
 }
 
 #[test]

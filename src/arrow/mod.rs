@@ -20,6 +20,10 @@ use crate::error::Result;
 use crate::gpu::DeviceBuffer;
 use crate::io::IoStats;
 
+mod pinned;
+
+pub use pinned::PinnedHostPool;
+
 /// One column in device memory, in Arrow layout.
 #[derive(Debug)]
 pub struct DeviceColumn {
@@ -53,39 +57,85 @@ impl DeviceColumn {
     /// Copies the column to the host as an arrow-rs array of the field's type.
     pub fn to_array(&self) -> Result<ArrayRef> {
         let n = self.len;
-        let nulls = match (&self.validity, self.null_count) {
-            (Some(v), k) if k > 0 => Some(host_buffer(v, n.div_ceil(8))?),
+        let lens = self.host_lengths();
+        let validity = match (&self.validity, lens.validity) {
+            (Some(v), Some(len)) => Some(host_buffer(v, len)?),
             _ => None,
         };
-        let builder = ArrayData::builder(self.device_type.clone()).len(n).null_count(self.null_count).null_bit_buffer(nulls);
-        let builder = match &self.device_type {
-            DataType::Boolean => builder.add_buffer(host_buffer(&self.values, n.div_ceil(8))?),
-            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
-                let width = if matches!(self.device_type, DataType::LargeUtf8 | DataType::LargeBinary) { 8 } else { 4 };
-                let offsets = self.offsets.as_ref().expect("string column has offsets");
-                let off = host_buffer(offsets, (n + 1) * width)?;
-                let total = if width == 8 {
+        let (offsets, values) = match (&self.offsets, lens.offsets) {
+            (Some(offsets), Some(len)) => {
+                let off = host_buffer(offsets, len)?;
+                let total = if self.offset_width() == 8 {
                     off.typed_data::<i64>()[n] as usize
                 } else {
                     off.typed_data::<i32>()[n] as u32 as usize
                 };
-                builder.add_buffer(off).add_buffer(host_buffer(&self.values, total)?)
+                let values = host_buffer(&self.values, total)?;
+                (Some(off), values)
+            }
+            _ => (None, host_buffer(&self.values, lens.values)?),
+        };
+        self.assemble(validity, offsets, values)
+    }
+
+    /// Width of one offset of a string or binary column (4, or 8 for large types).
+    fn offset_width(&self) -> usize {
+        if matches!(self.device_type, DataType::LargeUtf8 | DataType::LargeBinary) { 8 } else { 4 }
+    }
+
+    /// How many bytes of each device buffer the host array needs. For
+    /// strings and binary, `values` is the whole character buffer (the last
+    /// offset, which says how much of it is used, is not known before the copy).
+    pub(crate) fn host_lengths(&self) -> HostLengths {
+        let n = self.len;
+        let validity = match (&self.validity, self.null_count) {
+            (Some(_), k) if k > 0 => Some(n.div_ceil(8)),
+            _ => None,
+        };
+        let (offsets, values) = match &self.device_type {
+            DataType::Boolean => (None, n.div_ceil(8)),
+            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
+                (Some((n + 1) * self.offset_width()), self.values.len() as usize)
             }
             t => {
-                let width = t.primitive_width().unwrap_or_else(|| match t {
+                let width = t.primitive_width().unwrap_or(match t {
                     DataType::FixedSizeBinary(w) => *w as usize,
                     _ => 0,
                 });
-                builder.add_buffer(host_buffer(&self.values, n * width)?)
+                (None, n * width)
             }
         };
-        let array = make_array(builder.build()?);
+        HostLengths { validity, offsets, values }
+    }
+
+    /// Builds the arrow-rs array from host copies of the device buffers and
+    /// casts it to the field's type where that differs.
+    pub(crate) fn assemble(&self, validity: Option<Buffer>, offsets: Option<Buffer>, values: Buffer) -> Result<ArrayRef> {
+        let mut builder = ArrayData::builder(self.device_type.clone())
+            .len(self.len)
+            .null_count(self.null_count)
+            .null_bit_buffer(validity);
+        if let Some(offsets) = offsets {
+            builder = builder.add_buffer(offsets);
+        }
+        let array = make_array(builder.add_buffer(values).build()?);
         if array.data_type() == self.field.data_type() {
             Ok(array)
         } else {
             Ok(arrow::compute::cast(&array, self.field.data_type())?)
         }
     }
+}
+
+/// Bytes of each device buffer of a column that its host copy needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostLengths {
+    /// The validity bitmap, when the column has nulls.
+    pub validity: Option<usize>,
+    /// The offsets of string and binary columns.
+    pub offsets: Option<usize>,
+    /// The values (see [`DeviceColumn::host_lengths`]).
+    pub values: usize,
 }
 
 /// Statistics of one read: where the bytes came from and where time went.

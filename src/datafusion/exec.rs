@@ -5,7 +5,7 @@
 //! backend (and, for the GPU, the IO path and decompressor), the projection,
 //! the filter and what pruning removed; `EXPLAIN ANALYZE` adds the metrics:
 //! `bytes_read`, `io_time`, `plan_time`, `decompress_time`, `decode_time`,
-//! `copy_time`, `device_reads`, `gpu_fallback_row_groups`, the pruning
+//! `copy_time`, `device_reads`, `gpu_fallback_row_groups`, `pageable_copies`, the pruning
 //! counters (`row_groups_total`, `row_groups_pruned_statistics`,
 //! `row_groups_pruned_page_index`, `row_groups_pruned_limit`,
 //! `page_index_rows_pruned`) and the baseline output counters.

@@ -1,5 +1,6 @@
 //! The GPU backend: gpq reads and decodes a partition's row groups on the
-//! device, then copies the columns to the host.
+//! device, then copies the columns to the host through pinned memory
+//! ([`crate::DeviceTable::to_record_batch_pinned`]).
 //!
 //! Consecutive row groups of one file are gathered into one device read
 //! ([`crate::read_parquet_to_device`]) until their projected compressed bytes
@@ -87,9 +88,12 @@ fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Resu
         }
     }
     let t0 = Instant::now();
-    let batch = table.to_record_batch().map_err(to_df_error)?;
+    let (batch, pinned) = table.to_record_batch_staged().map_err(to_df_error)?;
     drop(table);
     m.copy_time.add_elapsed(t0);
+    if !pinned {
+        m.pageable_copies.add(1);
+    }
 
     let expected: usize = units.iter().map(|u| u.rg_rows).sum();
     if batch.num_rows() != expected {

@@ -58,6 +58,8 @@ pub(crate) struct PartitionMetrics {
     pub device_reads: Count,
     /// GPU: row groups decoded on the CPU because the GPU could not.
     pub gpu_fallback_row_groups: Count,
+    /// GPU: device reads copied to pageable host memory because the pinned pool was full.
+    pub pageable_copies: Count,
 }
 
 impl PartitionMetrics {
@@ -74,6 +76,7 @@ impl PartitionMetrics {
             copy_time: time("copy_time"),
             device_reads: count("device_reads"),
             gpu_fallback_row_groups: count("gpu_fallback_row_groups"),
+            pageable_copies: count("pageable_copies"),
         }
     }
 }

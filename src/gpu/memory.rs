@@ -143,6 +143,42 @@ impl DeviceBuffer {
         })
     }
 
+    /// Queues a copy of `len` bytes at `offset` into host memory at `dst`,
+    /// ordered after the work of the stream the buffer was allocated on, and
+    /// returns that stream (wait on it before reading `dst`). Buffers not
+    /// tied to a stream are copied at once and `None` is returned.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be writable host memory that stays valid, and is
+    /// not read, until the returned stream is synchronized; for the copy to
+    /// be asynchronous it must be pinned.
+    pub unsafe fn copy_range_to_host_async(&self, offset: u64, dst: *mut u8, len: usize) -> Result<Option<Arc<GpuStream>>> {
+        if offset.checked_add(len as u64).is_none_or(|end| end > self.len) {
+            return Err(Error::InvalidOptions(format!(
+                "copy of {len} bytes at {offset} is outside a device buffer of {} bytes",
+                self.len
+            )));
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        match &self.alloc {
+            Alloc::Pool(stream) => {
+                self.ctx.bind()?;
+                // SAFETY: range checked above; `dst` is the caller's promise.
+                check("cuMemcpyDtoHAsync", unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(dst.cast(), self.ptr + offset, len, stream.raw())
+                })?;
+                Ok(Some(stream.clone()))
+            }
+            _ => {
+                // SAFETY: `dst` holds `len` writable bytes (the caller's promise).
+                self.copy_range_into(offset, unsafe { std::slice::from_raw_parts_mut(dst, len) })?;
+                Ok(None)
+            }
+        }
+    }
+
     /// Copies the whole buffer to the host.
     pub fn to_host(&self) -> Result<Vec<u8>> {
         self.copy_range_to_host(0, self.len)
