@@ -26,7 +26,7 @@ use arrow::buffer::Buffer;
 use tracing::{debug, warn};
 
 use super::DeviceTable;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::{GpuContext, GpuStream, PinnedBuffer};
 
 /// Slabs are sized in multiples of this, so tables of similar size share them.
@@ -192,10 +192,9 @@ impl DeviceTable {
             total += len.div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
             p
         };
-        let placements: Vec<[Option<Placement>; 3]> = lengths
-            .iter()
-            .map(|l| [l.validity.map(&mut place), l.offsets.map(&mut place), Some(place(l.values))])
-            .collect();
+        // Per column: validity, offsets, values.
+        let placements: Vec<(Option<Placement>, Option<Placement>, Placement)> =
+            lengths.iter().map(|l| (l.validity.map(&mut place), l.offsets.map(&mut place), place(l.values))).collect();
         if total == 0 {
             return Ok((self.to_record_batch()?, false));
         }
@@ -204,9 +203,13 @@ impl DeviceTable {
 
         let mut streams: Vec<Arc<GpuStream>> = Vec::new();
         let mut queue = || -> Result<()> {
-            for (column, places) in self.columns.iter().zip(&placements) {
-                let sources = [column.validity.as_ref(), column.offsets.as_ref(), Some(&column.values)];
-                for (source, place) in sources.into_iter().zip(places) {
+            for (column, (validity, offsets, values)) in self.columns.iter().zip(&placements) {
+                let parts = [
+                    (column.validity.as_ref(), validity.as_ref()),
+                    (column.offsets.as_ref(), offsets.as_ref()),
+                    (Some(&column.values), Some(values)),
+                ];
+                for (source, place) in parts {
                     let (Some(source), Some(place)) = (source, place) else { continue };
                     // SAFETY: the placement lies inside the slab, which outlives
                     // the copy: every stream is synchronized below, also when
@@ -242,8 +245,7 @@ impl DeviceTable {
             .columns
             .iter()
             .zip(&placements)
-            .map(|(column, [validity, offsets, values])| {
-                let values = values.as_ref().ok_or_else(|| Error::InvalidOptions("column without values".into()))?;
+            .map(|(column, (validity, offsets, values))| {
                 column.assemble(validity.as_ref().map(&buffer), offsets.as_ref().map(&buffer), buffer(values))
             })
             .collect::<Result<Vec<_>>>()?;
