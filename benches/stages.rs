@@ -1,17 +1,18 @@
 //! Criterion benchmarks of gpq's stages in isolation, on TPC-H lineitem:
 //! planning (CPU), IO into device memory, and on device-resident bytes the
-//! page-header parse, decompression and decode.
+//! page-header parse, decompression and decode. Device stages synchronize
+//! inside every iteration, so wall time is device time.
 //!
 //! `GPQ_BENCH_FILE` picks the file; otherwise lineitem at `GPQ_BENCH_SF`
-//! (default 1) is generated under `target/bench-data`. Device stages skip with
-//! a notice where no GPU is present.
+//! (default 1) is generated under `target/bench-data`. Device stages are
+//! skipped with a notice where no GPU is present.
 
 use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use gpq::decode::{column_recipes, decode_columns, decompress, pages};
-use gpq::gpu::GpuContext;
+use gpq::cuda::GpuContext;
+use gpq::decode::{decode_values, decompress_pages, read_page_headers};
 use gpq::{DecompressMode, ReadOptions, ReadPlan, read_column_chunks};
 
 fn bench_file() -> PathBuf {
@@ -22,8 +23,8 @@ fn bench_file() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/bench-data/sf{sf}"));
     let path = dir.join("lineitem.parquet");
     if !path.exists() {
-        let options = gpq::tpch::GenOptions { scale_factor: sf, ..Default::default() };
-        gpq::tpch::generate_table(gpq::tpch::Table::Lineitem, &dir, &options, &|_| {}).expect("generate lineitem");
+        let options = gpq_bench::tpch::GenOptions { scale_factor: sf, ..Default::default() };
+        gpq_bench::tpch::generate_table(gpq_bench::tpch::Table::Lineitem, &dir, &options, &|_| {}).expect("generate lineitem");
     }
     path
 }
@@ -38,36 +39,27 @@ fn stages(c: &mut Criterion) {
     g.bench_function("plan", |b| b.iter(|| black_box(ReadPlan::new(&file, &options).unwrap())));
     g.finish();
 
-    let ctx = match GpuContext::get(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("SKIPPED device stages (no GPU): {e}");
-            return;
-        }
-    };
-    let _ = ctx;
+    if let Err(e) = GpuContext::get(0) {
+        eprintln!("SKIPPED device stages (no GPU): {e}");
+        return;
+    }
     let chunks = read_column_chunks(&file, &options).unwrap();
     let mut g = c.benchmark_group("device");
     g.sample_size(20);
-    g.throughput(Throughput::Bytes(chunks.io.bytes_read));
+    g.throughput(Throughput::Bytes(chunks.io().bytes_read));
     g.bench_function("io", |b| b.iter(|| black_box(read_column_chunks(&file, &options).unwrap())));
 
-    let (plan, raw, stream) = (&chunks.plan, &chunks.buffer, &chunks.stream);
-    g.bench_function("page_headers", |b| b.iter(|| black_box(pages::read_page_headers(plan, raw, stream).unwrap())));
+    g.bench_function("page_headers", |b| b.iter(|| black_box(read_page_headers(&chunks).unwrap())));
 
-    let table = pages::read_page_headers(plan, raw, stream).unwrap();
-    let dec = decompress::decompress(plan, &table, raw, stream, DecompressMode::Auto).unwrap();
-    g.throughput(Throughput::Bytes(dec.stats.compressed_bytes.max(1)));
-    g.bench_function("decompress", |b| {
-        b.iter(|| black_box(decompress::decompress(plan, &table, raw, stream, DecompressMode::Auto).unwrap()))
-    });
+    let table = read_page_headers(&chunks).unwrap();
+    let dec = decompress_pages(&chunks, &table, DecompressMode::Auto).unwrap();
+    g.throughput(Throughput::Bytes(dec.stats().compressed_bytes.max(1)));
+    g.bench_function("decompress", |b| b.iter(|| black_box(decompress_pages(&chunks, &table, DecompressMode::Auto).unwrap())));
 
-    let recipes = column_recipes(plan).unwrap();
-    let rows = plan.num_rows as usize;
-    let cols = decode_columns(plan, &table, &dec, &recipes, rows, stream).unwrap();
+    let cols = decode_values(&chunks, &table, &dec).unwrap();
     let out_bytes: u64 = cols.iter().map(|c| c.values.len() + c.offsets.as_ref().map_or(0, |o| o.len())).sum();
     g.throughput(Throughput::Bytes(out_bytes));
-    g.bench_function("decode", |b| b.iter(|| black_box(decode_columns(plan, &table, &dec, &recipes, rows, stream).unwrap())));
+    g.bench_function("decode", |b| b.iter(|| black_box(decode_values(&chunks, &table, &dec).unwrap())));
     g.finish();
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (copied to .device/run.sh by scripts/device-test.sh).
-# Usage: bash .device/run.sh STAGE...
-#   stages: info data-sf10 tests sanitizer cufile-diag bench-io bench-decode verify-sf10 suite criterion tpch-bench
+# Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
+# Usage: bash .device/<bundle>/run.sh STAGE...
+#   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
+#           verify-sf10 suite criterion tpch-bench
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,15 +11,16 @@ mkdir -p "$OUT"
 work=/root/gpq-work
 mkdir -p "$work"
 if ! cmp -s "$here/payload.tar.xz" "$work/.payload" 2>/dev/null; then
-  rm -rf "$work/bin" "$work/lib"
+  rm -rf "$work/bin" "$work/lib" "$work/data/parquet-testing" "$work/data/regressions"
   cp "$here/payload.tar.xz" "$work/.payload"
   (cd "$work" && (tar -xJf "$here/payload.tar.xz" 2>/dev/null || python3 -c "import lzma,tarfile,sys; tarfile.open(fileobj=lzma.open('$here/payload.tar.xz')).extractall('.')"))
 fi
 export PATH=$work/bin:$PATH
 export LD_LIBRARY_PATH=$work/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export GPQ_REQUIRE_GPU=1
+export GPQ_REQUIRE_NVCOMP=1
 export GPQ_KERNEL_CACHE=$work/kernel-cache
-export GPQ_PARQUET_TESTING=${GPQ_PARQUET_TESTING:-$here/parquet-testing}
+export GPQ_PARQUET_TESTING=${GPQ_PARQUET_TESTING:-$work/data/parquet-testing}
 data=$work/data
 summary=$OUT/summary.txt
 : > "$summary"
@@ -32,8 +34,8 @@ stage_info() {
 stage_tests() {
   for t in "$work"/bin/test-*; do
     name=$(basename "$t")
-    extra=(); case $name in *datafusion*) extra=(--nocapture) ;; esac
-    "$t" --test-threads=1 "${extra[@]}" > "$OUT/$name.log" 2>&1
+    extra=(); case $name in test-tpch) extra=(--nocapture) ;; esac
+    GPQ_TPCH_SF=${GPQ_TPCH_SF:-1} "$t" --test-threads=1 "${extra[@]}" > "$OUT/$name.log" 2>&1
     rc=$?
     note "$name: rc=$rc $(grep -E '^test result' "$OUT/$name.log" | tail -1)"
     grep -E "^test .* FAILED|panicked at" "$OUT/$name.log" | head -5 | tee -a "$summary"
@@ -109,6 +111,16 @@ stage_cufile_udev() {
   rm -f "$rec"
 }
 
+stage_sanitizer_races() {
+  # racecheck (shared-memory hazards) and synccheck (barrier use) on the decode tests, small sizes.
+  for tool in racecheck synccheck; do
+    t="$work/bin/test-decode_gpu"
+    GPQ_TEST_SMALL=1 compute-sanitizer --tool $tool --error-exitcode 99 "$t" --test-threads=1 \
+      matrix_matches_arrow_rs tpch_tables_match > "$OUT/sanitizer-$tool.log" 2>&1
+    note "$tool test-decode_gpu (matrix, tpch): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/sanitizer-$tool.log" | tr '\n' ' ')"
+  done
+}
+
 stage_sanitizer() {
   for t in "$work"/bin/test-decode* "$work"/bin/test-corrupt* "$work"/bin/test-io*; do
     [ -e "$t" ] || continue
@@ -120,8 +132,10 @@ stage_sanitizer() {
 }
 
 stage_suite() {
-  # The side-by-side suite (issue 4): 8 tables x 3 layouts, warm and cold, at SF10.
-  gpq bench -s 10 --data "$data/suite" --cold --repeat 3 --out "$OUT/suite" > "$OUT/suite.log" 2>&1
+  # The side-by-side suite: tables x layouts, warm and cold, at SF10
+  # (SUITE_LAYOUTS and SUITE_TABLES narrow it; default all).
+  gpq bench -s 10 --data "$data/suite" --cold --repeat 3 --out "$OUT/suite" \
+    --layouts "${SUITE_LAYOUTS:-default,gpu,zstd}" ${SUITE_TABLES:+--tables "$SUITE_TABLES"} > "$OUT/suite.log" 2>&1
   note "suite: rc=$?"
   cat "$OUT/suite.md" 2>/dev/null | tee -a "$summary" || tail -20 "$OUT/suite.log" | tee -a "$summary"
 }
@@ -141,7 +155,8 @@ stage_tpch_bench() {
   d=$data/suite/default
   if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
   cat "$d"/*.parquet > /dev/null
-  gpq bench tpch --data "$d" --repeat 3 --backend gpu 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
+  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
+  note "tpch-bench: rc=${PIPESTATUS[0]}"
 }
 
 for s in "$@"; do

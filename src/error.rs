@@ -1,11 +1,17 @@
-//! The one error type of gpq.
+//! The one error type of gpq, and the typed kinds of page corruption.
 //!
 //! Every failure names where it happened: the file, and where it applies the
-//! row group, the column and the page. Errors coming from the CUDA driver,
-//! cuFile, NVRTC or nvCOMP keep the library's own code and name so a user can
-//! look them up.
+//! row group, the column and the page. Errors from the CUDA driver keep the
+//! driver's code (as the error's source) so a caller can tell an error that
+//! leaves the context unusable from an ordinary one
+//! ([`Error::is_context_lost`]); cuFile, NVRTC and nvCOMP errors keep their
+//! library's name for the code. Corrupt pages carry a [`CorruptKind`], the
+//! same codes the kernels write into their status words.
 
 use std::path::PathBuf;
+
+use cudarc::driver::DriverError;
+use cudarc::driver::sys::CUresult;
 
 /// Result alias used across gpq.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -22,13 +28,14 @@ pub enum Error {
         reason: String,
     },
 
-    /// A CUDA driver call failed.
-    #[error("CUDA driver call {call} failed: {message}")]
+    /// A CUDA driver call failed; the source holds the driver's code.
+    #[error("CUDA driver call {call} failed: {}", describe_cuda(source))]
     Cuda {
         /// The driver entry point, e.g. `cuMemcpyHtoDAsync`.
         call: &'static str,
-        /// The driver's error name and description.
-        message: String,
+        /// The driver's error (its `CUresult` is `source.0`).
+        #[source]
+        source: DriverError,
     },
 
     /// The device has too little free memory for an allocation.
@@ -44,6 +51,15 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// Host memory (pinned or, on the emulator, ordinary) could not be allocated.
+    #[error("out of host memory: asked for {requested} bytes ({what})")]
+    OutOfHostMemory {
+        /// Bytes asked for.
+        requested: u64,
+        /// What the allocation was for.
+        what: &'static str,
+    },
+
     /// cuFile (GPUDirect Storage) cannot be used in the requested mode.
     #[error("cuFile unavailable ({mode}): {reason}")]
     CufileUnavailable {
@@ -53,8 +69,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// A file or directory could not be opened, inspected or listed.
+    #[error("cannot open {}: {source}", file.display())]
+    Open {
+        /// The path.
+        file: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An operating-system read failed or came back short.
-    #[error("IO error reading {file} at offset {offset} (+{len} bytes): {source}")]
+    #[error("IO error reading {} at offset {offset} (+{len} bytes): {source}", file.display())]
     Io {
         /// The file being read.
         file: PathBuf,
@@ -67,8 +93,8 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The file is not a Parquet file (no `PAR1` magic).
-    #[error("{file} is not a Parquet file: {reason}")]
+    /// The file is not a Parquet file (no `PAR1` magic, or an unreadable footer).
+    #[error("{} is not a Parquet file: {reason}", file.display())]
     NotParquet {
         /// The file.
         file: PathBuf,
@@ -77,7 +103,7 @@ pub enum Error {
     },
 
     /// The file is shorter than its own metadata says.
-    #[error("{file} is truncated: row group {row_group}, column {column} ends at byte {end} but the file has {file_size} bytes")]
+    #[error("{} is truncated: row group {row_group}, column {column} ends at byte {end} but the file has {file_size} bytes", file.display())]
     Truncated {
         /// The file.
         file: PathBuf,
@@ -92,7 +118,7 @@ pub enum Error {
     },
 
     /// The parquet crate rejected the footer or metadata.
-    #[error("invalid Parquet metadata in {file}: {source}")]
+    #[error("invalid Parquet metadata in {}: {source}", file.display())]
     Metadata {
         /// The file.
         file: PathBuf,
@@ -102,7 +128,7 @@ pub enum Error {
     },
 
     /// A requested column does not exist.
-    #[error("{file} has no column {column:?} (columns: {available})")]
+    #[error("{} has no column {column:?} (columns: {available})", file.display())]
     ColumnNotFound {
         /// The file.
         file: PathBuf,
@@ -113,7 +139,7 @@ pub enum Error {
     },
 
     /// A requested row group does not exist.
-    #[error("{file} has {num_row_groups} row groups; row group {row_group} was requested")]
+    #[error("{} has {num_row_groups} row groups; row group {row_group} was requested", file.display())]
     RowGroupOutOfRange {
         /// The file.
         file: PathBuf,
@@ -127,8 +153,8 @@ pub enum Error {
     #[error("invalid options: {0}")]
     InvalidOptions(String),
 
-    /// A page failed to decode: the bytes do not follow the Parquet format.
-    #[error("corrupt page in {file}: row group {row_group}, column {column}, page {page}: {kind}")]
+    /// A page failed to decode: its bytes do not follow the Parquet format.
+    #[error("corrupt page in {}: row group {row_group}, column {column}, page {page}: {}", file.display(), describe_corrupt(*kind, detail))]
     CorruptPage {
         /// The file.
         file: PathBuf,
@@ -139,11 +165,13 @@ pub enum Error {
         /// Page index within the column chunk (the dictionary page, if any, is page 0).
         page: usize,
         /// What was wrong.
-        kind: String,
+        kind: CorruptKind,
+        /// Details (sizes, counts, the decompressor's message); may be empty.
+        detail: String,
     },
 
     /// A valid file uses a feature gpq does not decode (yet).
-    #[error("unsupported in {file}, column {column}: {what}")]
+    #[error("unsupported in {}, column {column}: {what}", file.display())]
     Unsupported {
         /// The file.
         file: PathBuf,
@@ -153,10 +181,10 @@ pub enum Error {
         what: String,
     },
 
-    /// A kernel failed to compile or load.
+    /// A kernel failed to compile or load, or the emulator could not run it.
     #[error("kernel build failed ({stage}): {log}")]
     Kernel {
-        /// `nvrtc`, `cache` or `load`.
+        /// `nvrtc`, `cache`, `load` or `emulator`.
         stage: &'static str,
         /// Compiler log or error text.
         log: String,
@@ -166,10 +194,45 @@ pub enum Error {
     #[error("nvCOMP: {0}")]
     Nvcomp(String),
 
+    /// A worker thread of gpq (IO, CPU decompression) panicked.
+    #[error("a gpq {what} thread panicked: {message}")]
+    WorkerPanicked {
+        /// Which kind of worker.
+        what: &'static str,
+        /// The panic's message, where it had one.
+        message: String,
+    },
+
+    /// Objects of the CPU emulator and of a CUDA device were used together.
+    #[error("{what}: objects of the CPU emulator and of a CUDA device cannot be mixed")]
+    BackendMismatch {
+        /// The operation.
+        what: &'static str,
+    },
+
+    /// An internal invariant did not hold: a bug in gpq, please report it.
+    #[error("internal error in gpq: {0}")]
+    Internal(String),
+
     /// Converting device columns to Arrow failed.
     #[error("Arrow conversion: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
 }
+
+/// CUDA driver errors after which the context cannot be used again: the
+/// process must be restarted to use the device.
+const CONTEXT_LOST: &[CUresult] = &[
+    CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUresult::CUDA_ERROR_LAUNCH_FAILED,
+    CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    CUresult::CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE,
+    CUresult::CUDA_ERROR_INVALID_PC,
+    CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR,
+    CUresult::CUDA_ERROR_ASSERT,
+    CUresult::CUDA_ERROR_ECC_UNCORRECTABLE,
+    CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED,
+];
 
 impl Error {
     /// A short machine-friendly name for the variant, used in statistics and logs.
@@ -178,7 +241,9 @@ impl Error {
             Error::NoCudaDevice { .. } => "no-cuda-device",
             Error::Cuda { .. } => "cuda",
             Error::OutOfDeviceMemory { .. } => "out-of-device-memory",
+            Error::OutOfHostMemory { .. } => "out-of-host-memory",
             Error::CufileUnavailable { .. } => "cufile-unavailable",
+            Error::Open { .. } => "open",
             Error::Io { .. } => "io",
             Error::NotParquet { .. } => "not-parquet",
             Error::Truncated { .. } => "truncated",
@@ -190,7 +255,238 @@ impl Error {
             Error::Unsupported { .. } => "unsupported",
             Error::Kernel { .. } => "kernel",
             Error::Nvcomp(_) => "nvcomp",
+            Error::WorkerPanicked { .. } => "worker-panicked",
+            Error::BackendMismatch { .. } => "backend-mismatch",
+            Error::Internal(_) => "internal",
             Error::Arrow(_) => "arrow",
         }
+    }
+
+    /// The CUDA driver's code, for [`Error::Cuda`].
+    pub fn cuda_code(&self) -> Option<CUresult> {
+        match self {
+            Error::Cuda { source, .. } => Some(source.0),
+            _ => None,
+        }
+    }
+
+    /// Whether the CUDA context is unusable after this error (an illegal
+    /// address, a failed launch and the like are sticky: every later call in
+    /// the process fails too).
+    pub fn is_context_lost(&self) -> bool {
+        self.cuda_code().is_some_and(|c| CONTEXT_LOST.contains(&c))
+    }
+
+    /// Whether the input file is at fault (corrupt, truncated, not Parquet),
+    /// as opposed to the machine, the options or gpq itself.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Error::NotParquet { .. }
+                | Error::Truncated { .. }
+                | Error::Metadata { .. }
+                | Error::CorruptPage { .. }
+        )
+    }
+
+    /// The error for a panicked worker, with the panic's message.
+    pub(crate) fn worker_panicked(what: &'static str, payload: Box<dyn std::any::Any + Send>) -> Error {
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "(no message)".into());
+        Error::WorkerPanicked { what, message }
+    }
+}
+
+fn describe_cuda(e: &DriverError) -> String {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
+    match e.error_string() {
+        Ok(text) => format!("{name}: {}", text.to_string_lossy()),
+        Err(_) => name,
+    }
+}
+
+fn describe_corrupt(kind: CorruptKind, detail: &str) -> String {
+    if detail.is_empty() { kind.description().to_string() } else { format!("{} ({detail})", kind.description()) }
+}
+
+/// What is wrong with a corrupt page.
+///
+/// Codes 1 to 99 are written by the kernels into their status words; the
+/// kernel sources define the same names and numbers (`GpqStatus` in
+/// `src/gpu/kernels/common.cuh`, checked against this enum by a test). Codes
+/// from 100 up are found by the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(u32)]
+pub enum CorruptKind {
+    /// A page header runs past the end of the column chunk.
+    TruncatedHeader = 1,
+    /// A page header's Thrift encoding is malformed.
+    BadHeader = 2,
+    /// A page body runs past the end of the column chunk.
+    PageOutOfChunk = 3,
+    /// A size or count in a page header is negative.
+    NegativeCount = 4,
+    /// A page header names an unknown page type.
+    UnknownPageType = 5,
+    /// The chunk's pages changed between the two header passes.
+    PageCountChanged = 6,
+    /// A value runs past the end of its page.
+    TruncatedPage = 7,
+    /// An RLE/bit-packed run header is malformed or runs past the end.
+    BadRleRun = 8,
+    /// A bit width above 32 (or above what the type allows).
+    BitWidth = 9,
+    /// A dictionary index beyond the dictionary.
+    DictionaryIndex = 10,
+    /// The page holds fewer values than its header claims.
+    TooFewValues = 11,
+    /// A write would fall outside the page's part of its column.
+    OutputOverflow = 12,
+    /// A page encoding the column's type cannot have.
+    UnsupportedEncoding = 13,
+    /// A dictionary-encoded page in a chunk without a dictionary page.
+    NoDictionary = 14,
+    /// A decimal byte array longer than the output type.
+    DecimalTooWide = 15,
+    /// A definition level above the column's maximum.
+    LevelOutOfRange = 16,
+    /// The page's bytes do not decompress to the size its header says.
+    Decompression = 101,
+    /// Sizes in the header contradict each other or the stored bytes.
+    SizeMismatch = 102,
+    /// The pages hold another number of values than the chunk's metadata.
+    ValueCountMismatch = 103,
+    /// The pages hold another number of rows than the row group.
+    RowCountMismatch = 104,
+    /// A dictionary page that is not the chunk's first page, or a second one.
+    DictionaryMisplaced = 105,
+    /// A dictionary page in an encoding dictionaries cannot have.
+    DictionaryEncoding = 106,
+}
+
+impl CorruptKind {
+    /// Every kind, kernel codes first.
+    pub const ALL: [CorruptKind; 22] = [
+        CorruptKind::TruncatedHeader,
+        CorruptKind::BadHeader,
+        CorruptKind::PageOutOfChunk,
+        CorruptKind::NegativeCount,
+        CorruptKind::UnknownPageType,
+        CorruptKind::PageCountChanged,
+        CorruptKind::TruncatedPage,
+        CorruptKind::BadRleRun,
+        CorruptKind::BitWidth,
+        CorruptKind::DictionaryIndex,
+        CorruptKind::TooFewValues,
+        CorruptKind::OutputOverflow,
+        CorruptKind::UnsupportedEncoding,
+        CorruptKind::NoDictionary,
+        CorruptKind::DecimalTooWide,
+        CorruptKind::LevelOutOfRange,
+        CorruptKind::Decompression,
+        CorruptKind::SizeMismatch,
+        CorruptKind::ValueCountMismatch,
+        CorruptKind::RowCountMismatch,
+        CorruptKind::DictionaryMisplaced,
+        CorruptKind::DictionaryEncoding,
+    ];
+
+    /// The kind a kernel status word holds, if it names one.
+    pub fn from_code(code: u32) -> Option<CorruptKind> {
+        CorruptKind::ALL.into_iter().find(|k| *k as u32 == code)
+    }
+
+    /// The numeric code (for kernel kinds, the status word's value).
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// Whether kernels report this kind (as opposed to the host).
+    pub fn is_kernel_status(self) -> bool {
+        self.code() < 100
+    }
+
+    /// A sentence saying what is wrong.
+    pub fn description(self) -> &'static str {
+        match self {
+            CorruptKind::TruncatedHeader => "page header runs past the end of the column chunk",
+            CorruptKind::BadHeader => "malformed page header",
+            CorruptKind::PageOutOfChunk => "page body runs past the end of the column chunk",
+            CorruptKind::NegativeCount => "negative size or count in a page header",
+            CorruptKind::UnknownPageType => "unknown page type",
+            CorruptKind::PageCountChanged => "page count changed between passes",
+            CorruptKind::TruncatedPage => "a value runs past the end of its page",
+            CorruptKind::BadRleRun => "malformed RLE/bit-packed run",
+            CorruptKind::BitWidth => "bit width over 32",
+            CorruptKind::DictionaryIndex => "dictionary index out of range",
+            CorruptKind::TooFewValues => "page holds fewer values than its header claims",
+            CorruptKind::OutputOverflow => "page writes past the end of its column",
+            CorruptKind::UnsupportedEncoding => "encoding not valid for the column's type",
+            CorruptKind::NoDictionary => "dictionary-encoded page without a dictionary page",
+            CorruptKind::DecimalTooWide => "decimal byte array longer than the output type",
+            CorruptKind::LevelOutOfRange => "definition level out of range",
+            CorruptKind::Decompression => "page does not decompress",
+            CorruptKind::SizeMismatch => "page sizes contradict each other",
+            CorruptKind::ValueCountMismatch => "pages hold another number of values than the column chunk",
+            CorruptKind::RowCountMismatch => "pages hold another number of rows than the row group",
+            CorruptKind::DictionaryMisplaced => "dictionary page is not the first page of its chunk",
+            CorruptKind::DictionaryEncoding => "dictionary page in an encoding dictionaries cannot have",
+        }
+    }
+}
+
+impl std::fmt::Display for CorruptKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.description())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_unique() {
+        for k in CorruptKind::ALL {
+            assert_eq!(CorruptKind::from_code(k.code()), Some(k));
+        }
+        let mut codes: Vec<u32> = CorruptKind::ALL.iter().map(|k| k.code()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), CorruptKind::ALL.len());
+        assert_eq!(CorruptKind::from_code(0), None);
+        assert_eq!(CorruptKind::from_code(17), None);
+    }
+
+    #[test]
+    fn context_loss_is_told_apart() {
+        let lost = Error::Cuda { call: "cuStreamSynchronize", source: DriverError(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS) };
+        assert!(lost.is_context_lost());
+        assert_eq!(lost.cuda_code(), Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS));
+        let ordinary = Error::Cuda { call: "cuMemAlloc", source: DriverError(CUresult::CUDA_ERROR_INVALID_VALUE) };
+        assert!(!ordinary.is_context_lost());
+        assert!(!Error::InvalidOptions("x".into()).is_context_lost());
+        assert_eq!(Error::InvalidOptions("x".into()).cuda_code(), None);
+    }
+
+    #[test]
+    fn corrupt_page_message_names_everything() {
+        let e = Error::CorruptPage {
+            file: PathBuf::from("/data/x.parquet"),
+            row_group: 3,
+            column: "a.b".into(),
+            page: 7,
+            kind: CorruptKind::DictionaryIndex,
+            detail: String::new(),
+        };
+        let s = e.to_string();
+        for part in ["/data/x.parquet", "row group 3", "column a.b", "page 7", "dictionary index out of range"] {
+            assert!(s.contains(part), "{s}");
+        }
+        assert!(e.is_bad_input());
     }
 }

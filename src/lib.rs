@@ -1,33 +1,71 @@
 //! # gpq: Apache Parquet straight into GPU memory
 //!
-//! gpq plans a read on the CPU from the file's footer ([`plan`]), moves the
-//! planned column-chunk bytes from storage into device memory ([`io`]:
-//! GPUDirect Storage through cuFile, cuFile's compatibility mode, or gpq's own
-//! pinned bounce-buffer path), and decodes them on the GPU into Arrow-layout
-//! device columns.
+//! gpq reads Parquet files into Arrow-layout columns that live in GPU memory.
+//! Footers are parsed on the CPU, the selected column chunks move from
+//! storage into device memory (GPUDirect Storage through cuFile, cuFile's
+//! compatibility mode, or gpq's own pinned bounce buffers), and the GPU parses
+//! page headers, decompresses and decodes them.
 //!
-//! The crate loads CUDA at run time: it builds, and its CPU parts work, on a
-//! machine without CUDA. Without a device, GPU entry points return
-//! [`Error::NoCudaDevice`].
+//! ## Which entry point to use
+//!
+//! | you want | use |
+//! | --- | --- |
+//! | a file (or some of its columns and row groups) as device Arrow columns | [`read_parquet_to_device`] |
+//! | the same for many reads of one file, footer parsed once | [`read_footer`] then [`read_parquet_to_device_with_footer`] |
+//! | to know before any IO whether the GPU decodes a selection | [`ReadPlan::new`] then [`can_decode`] |
+//! | the raw column-chunk bytes in device memory, no decoding | [`read_column_chunks`] |
+//! | to look at what a read would do (columns, row groups, IO ranges) | [`ReadPlan`] |
+//! | the decoded columns back on the host as arrow-rs arrays | [`DeviceTable::to_record_batch`] or, faster, [`DeviceTable::to_record_batch_pinned`] |
+//! | options from `GPQ_*` environment variables, as the CLI does | [`ReadOptions::from_env`] |
+//!
+//! SQL over Parquet decoded by gpq is the `gpq-datafusion` crate; the `gpq`
+//! command line is `gpq-cli`.
+//!
+//! ## Layout
+//!
+//! The modules follow the data: [`plan`] (CPU: footer, projection, IO
+//! ranges) -> [`io`] (bytes into device memory) -> [`gpu`] (the kernels) ->
+//! [`decode`] (page headers, decompression, values) -> [`arrow`] (device
+//! columns and their host copies). [`reader`] ties them together. Below every
+//! stage sit [`cuda`] (device, streams, memory), [`error`], [`options`] and
+//! [`stats`]. No module imports from a stage downstream of it
+//! (`tests/layering.rs` checks this).
+//!
+//! ## Machines without CUDA
+//!
+//! CUDA libraries are loaded at run time: the crate builds, and its CPU parts
+//! work, on a machine without CUDA. Without a device, reads return
+//! [`Error::NoCudaDevice`]. Every fallback (IO path, CPU decompression) is
+//! logged with `tracing` and reported in the read's [`ReadStats`].
+//!
+//! ## Environment
+//!
+//! The library reads no per-read setting from the environment; the CLI builds
+//! its options with [`ReadOptions::from_env`]. Process-wide settings with
+//! documented defaults are read in one place, [`env`]: where the kernel cache
+//! lives, where nvCOMP and cuFile are, the pinned host pool's size, and
+//! whether to route the GPU to the CPU emulator.
 
 #![warn(missing_docs)]
 
 pub mod arrow;
-pub mod baseline;
-#[cfg(feature = "datafusion")]
-pub mod datafusion;
+pub mod cuda;
 pub mod decode;
+pub mod env;
 pub mod error;
+pub mod files;
 pub mod gpu;
 pub mod io;
 pub mod options;
 pub mod plan;
-
-pub use error::{Error, Result};
-pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, ReadOptions};
-pub use plan::ReadPlan;
-pub mod tpch;
 pub mod reader;
+pub mod stats;
 
-pub use reader::{DeviceChunks, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer};
-pub use arrow::{DeviceColumn, DeviceTable, ReadStats};
+pub use arrow::{DeviceColumn, DeviceTable};
+pub use error::{CorruptKind, Error, Result};
+pub use files::parquet_files;
+pub use io::DeviceChunks;
+pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, ReadOptions};
+pub use plan::{Footer, ReadPlan, read_footer, read_footer_with_page_index};
+pub use reader::{can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer};
+pub use stats::{DecompressStats, IoStats, ReadStats};

@@ -1,10 +1,10 @@
 //! Options that shape a read: which columns and row groups, and how bytes
 //! travel from storage to the device.
 //!
-//! Every IO knob can also be set from the environment (`GPQ_IO`,
-//! `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`); a value set
-//! explicitly in [`ReadOptions`] wins over the environment, and the
-//! environment wins over the built-in defaults.
+//! Options are plain values: the library never consults the environment for
+//! them. `ReadOptions::from_env` (defined with every other variable in
+//! [`crate::env`]) builds options from the `GPQ_*` variables for
+//! applications that want that, as the CLI does.
 
 use std::fmt;
 use std::str::FromStr;
@@ -106,86 +106,41 @@ pub const DEFAULT_MERGE_GAP: u64 = 64 << 10;
 /// Knobs of the IO layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IoOptions {
-    /// Which path to use; [`IoPath::Auto`] defers to `GPQ_IO`, then to the probe.
+    /// Which path to use; [`IoPath::Auto`] probes once per process (see [`crate::io`]).
     pub path: IoPath,
-    /// Worker threads; `None` defers to `GPQ_IO_THREADS`, then to the number of cores (at most 16).
+    /// Worker threads; `None`: the number of cores, at most 16.
     pub threads: Option<usize>,
-    /// Largest read one task issues; `None` defers to `GPQ_IO_TASK_SIZE`, then 4 MiB.
-    pub task_size: Option<u64>,
+    /// Largest read one task issues, rounded up to 4 KiB (default 4 MiB).
+    pub task_size: u64,
     /// Chunks whose gap is at most this many bytes are read as one range.
     pub merge_gap: u64,
-    /// Open the file with `O_DIRECT` on the bounce path (bypasses the page cache);
-    /// `None` defers to `GPQ_IO_DIRECT=1`, then buffered reads.
-    pub direct: Option<bool>,
+    /// Open the file with `O_DIRECT` on the bounce path (bypasses the page cache).
+    pub direct: bool,
 }
 
 impl Default for IoOptions {
     fn default() -> Self {
-        IoOptions {
-            path: IoPath::Auto,
-            threads: None,
-            task_size: None,
-            merge_gap: DEFAULT_MERGE_GAP,
-            direct: None,
-        }
+        IoOptions { path: IoPath::Auto, threads: None, task_size: DEFAULT_TASK_SIZE, merge_gap: DEFAULT_MERGE_GAP, direct: false }
     }
 }
 
 impl IoOptions {
-    /// The path after applying `GPQ_IO` to [`IoPath::Auto`].
-    pub fn resolved_path(&self) -> Result<IoPath> {
-        match self.path {
-            IoPath::Auto => match std::env::var("GPQ_IO") {
-                Ok(v) => v.parse(),
-                Err(_) => Ok(IoPath::Auto),
-            },
-            p => Ok(p),
-        }
-    }
-
-    /// Worker threads after applying `GPQ_IO_THREADS` and the default.
+    /// Worker threads after applying the default, checked to be 1..=256.
     pub fn resolved_threads(&self) -> Result<usize> {
-        let n = match self.threads {
-            Some(n) => n,
-            None => match env_u64("GPQ_IO_THREADS")? {
-                Some(n) => n as usize,
-                None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).min(16),
-            },
-        };
+        let n = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).min(16));
         if n == 0 || n > 256 {
             return Err(Error::InvalidOptions(format!("IO threads must be 1..=256, got {n}")));
         }
         Ok(n)
     }
 
-    /// Task size after applying `GPQ_IO_TASK_SIZE` and the default, rounded up to the alignment.
+    /// The task size, checked and rounded up to the alignment.
     pub fn resolved_task_size(&self) -> Result<u64> {
-        let t = match self.task_size {
-            Some(t) => t,
-            None => env_u64("GPQ_IO_TASK_SIZE")?.unwrap_or(DEFAULT_TASK_SIZE),
-        };
-        if t < IO_ALIGNMENT || t > (1 << 30) {
-            return Err(Error::InvalidOptions(format!(
-                "IO task size must be between 4 KiB and 1 GiB, got {t}"
-            )));
+        let t = self.task_size;
+        if !(IO_ALIGNMENT..=(1 << 30)).contains(&t) {
+            return Err(Error::InvalidOptions(format!("IO task size must be between 4 KiB and 1 GiB, got {t}")));
         }
         Ok(t.div_ceil(IO_ALIGNMENT) * IO_ALIGNMENT)
-    }
-
-    /// Whether to use O_DIRECT, after applying `GPQ_IO_DIRECT`.
-    pub fn resolved_direct(&self) -> bool {
-        self.direct.unwrap_or_else(|| {
-            matches!(std::env::var("GPQ_IO_DIRECT").as_deref(), Ok("1") | Ok("true") | Ok("yes"))
-        })
-    }
-}
-
-fn env_u64(name: &str) -> Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(v) => parse_size(&v)
-            .map(Some)
-            .ok_or_else(|| Error::InvalidOptions(format!("{name}={v:?} is not a number"))),
-        Err(_) => Ok(None),
     }
 }
 
@@ -243,7 +198,7 @@ pub struct ReadOptions {
     pub io: IoOptions,
     /// CUDA device ordinal.
     pub device: usize,
-    /// Which decompressor to use; [`DecompressMode::Auto`] defers to `GPQ_DECOMPRESS`.
+    /// Which decompressor to use.
     pub decompress: DecompressMode,
 }
 
@@ -283,7 +238,13 @@ impl ReadOptions {
 
     /// Set the IO task size in bytes.
     pub fn with_task_size(mut self, bytes: u64) -> Self {
-        self.io.task_size = Some(bytes);
+        self.io.task_size = bytes;
+        self
+    }
+
+    /// Open files with `O_DIRECT` on the bounce path.
+    pub fn with_direct_io(mut self, direct: bool) -> Self {
+        self.io.direct = direct;
         self
     }
 
@@ -297,14 +258,6 @@ impl ReadOptions {
     pub fn with_decompress(mut self, mode: DecompressMode) -> Self {
         self.decompress = mode;
         self
-    }
-
-    /// The decompressor after applying `GPQ_DECOMPRESS`.
-    pub fn resolved_decompress(&self) -> Result<DecompressMode> {
-        match (self.decompress, std::env::var("GPQ_DECOMPRESS")) {
-            (DecompressMode::Auto, Ok(v)) => v.parse(),
-            (m, _) => Ok(m),
-        }
     }
 
     /// Use the CUDA device with this ordinal.
@@ -340,9 +293,9 @@ mod tests {
     fn rejects_bad_knobs() {
         let o = IoOptions { threads: Some(0), ..Default::default() };
         assert!(o.resolved_threads().is_err());
-        let o = IoOptions { task_size: Some(100), ..Default::default() };
+        let o = IoOptions { task_size: 100, ..Default::default() };
         assert!(o.resolved_task_size().is_err());
-        let o = IoOptions { task_size: Some(5000), ..Default::default() };
+        let o = IoOptions { task_size: 5000, ..Default::default() };
         assert_eq!(o.resolved_task_size().unwrap(), 8192);
     }
 }

@@ -1,52 +1,34 @@
-//! The top-level read entry points, tying plan, IO and decode together.
+//! The read entry points: plan, IO, decode and device Arrow columns tied
+//! together, with the read's statistics assembled from each stage's report.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::arrow::DeviceTable;
+use crate::arrow::{DeviceColumn, DeviceTable};
+use crate::cuda::GpuContext;
 use crate::error::Result;
-use crate::gpu::{DeviceBuffer, GpuContext, GpuStream};
-use crate::io::{IoStats, read_to_device};
+use crate::io::{DeviceChunks, read_chunks};
 use crate::options::ReadOptions;
 use crate::plan::{Footer, ReadPlan};
+use crate::stats::ReadStats;
 
-/// Column-chunk bytes of a plan, resident in device memory.
-///
-/// Chunk `c` of [`DeviceChunks::plan`] occupies `c.len` bytes at
-/// `buffer.ptr() + c.device_offset`.
-pub struct DeviceChunks {
-    /// The plan the bytes follow.
-    pub plan: ReadPlan,
-    /// The device buffer holding every IO range.
-    pub buffer: DeviceBuffer,
-    /// What the IO layer did.
-    pub io: IoStats,
-    /// Time spent planning (footer, projection, ranges).
-    pub plan_time: Duration,
-    /// The stream later stages should order their work on.
-    pub stream: Arc<GpuStream>,
-}
-
-/// Plans a read of `path` and moves its column-chunk bytes into device memory.
+/// Plans a read of `path` and moves its column-chunk bytes into device
+/// memory, without decoding them.
 pub fn read_column_chunks(path: impl AsRef<Path>, options: &ReadOptions) -> Result<DeviceChunks> {
     let t0 = Instant::now();
     let plan = ReadPlan::new(path.as_ref(), options)?;
     let plan_time = t0.elapsed();
     let ctx = GpuContext::get(options.device)?;
     let stream = ctx.new_stream()?;
-    read_planned_chunks(plan, plan_time, &stream, options)
+    read_chunks(plan, plan_time, &stream, &options.io)
 }
 
-/// Moves the column-chunk bytes of an existing plan into device memory, ordered on `stream`.
-pub fn read_planned_chunks(
-    plan: ReadPlan,
-    plan_time: Duration,
-    stream: &Arc<GpuStream>,
-    options: &ReadOptions,
-) -> Result<DeviceChunks> {
-    let (buffer, io) = read_to_device(&plan.path, &plan.io, stream, &options.io)?;
-    Ok(DeviceChunks { plan, buffer, io, plan_time, stream: stream.clone() })
+/// Whether the GPU decodes every column of `plan`; the error says why not
+/// (an [`Error::Unsupported`](crate::Error::Unsupported) for a nested column,
+/// say). Checks types only, before any IO: an encoding the kernels lack is
+/// found when the pages are read.
+pub fn can_decode(plan: &ReadPlan) -> Result<()> {
+    crate::decode::column_recipes(plan).map(|_| ())
 }
 
 /// Reads a Parquet file into device memory as Arrow columns.
@@ -64,32 +46,46 @@ pub fn read_planned_chunks(
 ///
 /// let options = ReadOptions::new().with_columns(["l_orderkey", "l_comment"]);
 /// let table = read_parquet_to_device("lineitem.parquet", &options)?;
-/// println!("{} rows on the GPU: {}", table.num_rows, table.stats.summary());
+/// println!("{} rows on the GPU: {}", table.num_rows(), table.stats().summary());
 /// let batch = table.to_record_batch()?; // back to the host, as arrow-rs arrays
 /// # Ok::<(), gpq::Error>(())
 /// ```
 pub fn read_parquet_to_device(path: impl AsRef<Path>, options: &ReadOptions) -> Result<DeviceTable> {
-    read_to_device_with(path.as_ref(), None, options)
+    read_with(path.as_ref(), None, options)
 }
 
 /// Like [`read_parquet_to_device`], with the file's footer already loaded (for
 /// callers that read one file in many pieces, such as the DataFusion provider).
 pub fn read_parquet_to_device_with_footer(path: impl AsRef<Path>, footer: Footer, options: &ReadOptions) -> Result<DeviceTable> {
-    read_to_device_with(path.as_ref(), Some(footer), options)
+    read_with(path.as_ref(), Some(footer), options)
 }
 
-fn read_to_device_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Result<DeviceTable> {
+fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Result<DeviceTable> {
     let t0 = Instant::now();
-    let mode = options.resolved_decompress()?;
     let plan = match footer {
         Some(footer) => ReadPlan::from_footer(path, footer, options)?,
         None => ReadPlan::new(path, options)?,
     };
     // Fail on unsupported columns before any IO.
-    crate::decode::column_recipes(&plan)?;
+    can_decode(&plan)?;
     let plan_time = t0.elapsed();
     let ctx = GpuContext::get(options.device)?;
     let stream = ctx.new_stream()?;
-    let chunks = read_planned_chunks(plan, plan_time, &stream, options)?;
-    crate::decode::decode(chunks, mode, t0)
+    let chunks = read_chunks(plan, plan_time, &stream, &options.io)?;
+    let decoded = crate::decode::decode(&chunks, options.decompress)?;
+    let stats = ReadStats {
+        io: Some(chunks.io().clone()),
+        plan: plan_time,
+        page_headers: decoded.page_headers,
+        decompress: decoded.decompress,
+        decode: decoded.decode,
+        total: t0.elapsed(),
+        decompression: decoded.decompression,
+        pages: decoded.pages,
+        decoded_bytes: 0,
+    };
+    let plan = chunks.plan();
+    let columns = decoded.columns.into_iter().map(DeviceColumn::from).collect();
+    let rows = usize::try_from(plan.num_rows()).map_err(|_| crate::Error::Internal("row count overflow".into()))?;
+    Ok(DeviceTable::new(plan.schema().clone(), columns, rows, stats))
 }

@@ -4,17 +4,17 @@
 
 #[test]
 fn kernels_compile_for_hopper_and_ampere() {
-    if !gpq::gpu::kernels::nvrtc_available() {
+    if !gpq::gpu::nvrtc_available() {
         if std::env::var("GPQ_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
             panic!("GPQ_REQUIRE_NVRTC=1 but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)");
         }
         eprintln!("SKIPPED (NVRTC not found; install nvidia-cuda-nvrtc and put its lib dir on LD_LIBRARY_PATH)");
         return;
     }
-    let v = gpq::gpu::kernels::nvrtc_version().unwrap();
+    let v = gpq::gpu::nvrtc_version().unwrap();
     eprintln!("NVRTC {}.{}", v.0, v.1);
     for arch in ["sm_90", "sm_80"] {
-        let cubin = gpq::gpu::kernels::compile_cubin(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let cubin = gpq::gpu::compile_cubin(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
         // An ELF image.
         assert_eq!(&cubin[..4], b"\x7fELF", "{arch}: not a cubin");
         assert!(cubin.len() > 1000);
@@ -23,10 +23,19 @@ fn kernels_compile_for_hopper_and_ampere() {
 
 #[test]
 fn compile_errors_carry_the_log() {
-    if !gpq::gpu::kernels::nvrtc_available() {
+    if !gpq::gpu::nvrtc_available() {
+        if std::env::var("GPQ_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("GPQ_REQUIRE_NVRTC=1 but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)");
+        }
         eprintln!("SKIPPED (NVRTC not found)");
         return;
     }
-    let err = gpq::gpu::kernels::compile_cubin("sm_1").unwrap_err();
-    assert!(err.to_string().contains("sm_1"), "{err}");
+    // An undeclared identifier on line 2 of a file NVRTC names "bad.cu" (the
+    // `#line` marker numbers the line after it 1): the error must carry
+    // NVRTC's own diagnostic, line number included.
+    let source = "#line 1 \"bad.cu\"\nextern \"C\" __global__ void k(int* p) {\n  *p = not_declared_anywhere;\n}\n";
+    let err = gpq::gpu::kernels::compile_source_for_test(source, "sm_90").unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, gpq::Error::Kernel { stage: "nvrtc", .. }), "{err:?}");
+    assert!(text.contains("not_declared_anywhere") && text.contains("bad.cu(2)"), "{text}");
 }

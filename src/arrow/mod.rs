@@ -9,16 +9,15 @@
 //! host casts on conversion.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::{ArrayData, ArrayRef, RecordBatch, make_array};
 use arrow::buffer::{Buffer, MutableBuffer};
 use arrow::datatypes::{DataType, FieldRef, SchemaRef};
 
-use crate::decode::decompress::DecompressStats;
+use crate::cuda::DeviceBuffer;
+use crate::decode::DecodedColumn;
 use crate::error::Result;
-use crate::gpu::DeviceBuffer;
-use crate::io::IoStats;
+use crate::stats::ReadStats;
 
 mod pinned;
 
@@ -27,20 +26,27 @@ pub use pinned::PinnedHostPool;
 /// One column in device memory, in Arrow layout.
 #[derive(Debug)]
 pub struct DeviceColumn {
-    /// The field as the result schema has it.
-    pub field: FieldRef,
-    /// What the device buffers hold (may differ from the field's type; see the module docs).
-    pub device_type: DataType,
-    /// Rows.
-    pub len: usize,
-    /// Nulls.
-    pub null_count: usize,
-    /// Validity bitmap (LSB first), if the column is nullable.
-    pub validity: Option<DeviceBuffer>,
-    /// Offsets (`i32`, or `i64` for large types) of string and binary columns.
-    pub offsets: Option<DeviceBuffer>,
-    /// Values: fixed-width values, a bitmap for booleans, the characters of strings.
-    pub values: DeviceBuffer,
+    field: FieldRef,
+    device_type: DataType,
+    len: usize,
+    null_count: usize,
+    validity: Option<DeviceBuffer>,
+    offsets: Option<DeviceBuffer>,
+    values: DeviceBuffer,
+}
+
+impl From<DecodedColumn> for DeviceColumn {
+    fn from(c: DecodedColumn) -> Self {
+        DeviceColumn {
+            field: c.field,
+            device_type: c.device_type,
+            len: c.len,
+            null_count: c.null_count,
+            validity: c.validity,
+            offsets: c.offsets,
+            values: c.values,
+        }
+    }
 }
 
 fn host_buffer(d: &DeviceBuffer, len: usize) -> Result<Buffer> {
@@ -49,9 +55,55 @@ fn host_buffer(d: &DeviceBuffer, len: usize) -> Result<Buffer> {
     Ok(m.into())
 }
 impl DeviceColumn {
+    /// The field as the result schema has it.
+    pub fn field(&self) -> &FieldRef {
+        &self.field
+    }
+
+    /// What the device buffers hold; where it differs from the field's type,
+    /// the host casts on conversion (see the module docs).
+    pub fn device_type(&self) -> &DataType {
+        &self.device_type
+    }
+
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the column has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Nulls.
+    pub fn null_count(&self) -> usize {
+        self.null_count
+    }
+
+    /// Validity bitmap (LSB first), if the column is nullable.
+    pub fn validity(&self) -> Option<&DeviceBuffer> {
+        self.validity.as_ref()
+    }
+
+    /// Offsets (`i32`, or `i64` for large types) of string and binary columns.
+    pub fn offsets(&self) -> Option<&DeviceBuffer> {
+        self.offsets.as_ref()
+    }
+
+    /// Values: fixed-width values, a bitmap for booleans, the characters of strings.
+    pub fn values(&self) -> &DeviceBuffer {
+        &self.values
+    }
+
     /// Device address of the values.
     pub fn values_ptr(&self) -> u64 {
         self.values.ptr()
+    }
+
+    /// Bytes of all of the column's device buffers.
+    pub fn device_bytes(&self) -> u64 {
+        self.values.len() + self.validity.as_ref().map_or(0, |v| v.len()) + self.offsets.as_ref().map_or(0, |o| o.len())
     }
 
     /// Copies the column to the host as an arrow-rs array of the field's type.
@@ -138,65 +190,47 @@ pub(crate) struct HostLengths {
     pub values: usize,
 }
 
-/// Statistics of one read: where the bytes came from and where time went.
-#[derive(Debug, Clone, Default)]
-pub struct ReadStats {
-    /// The IO layer's report (path, bytes, wall time).
-    pub io: Option<IoStats>,
-    /// Footer and planning.
-    pub plan: Duration,
-    /// Page headers on the device.
-    pub page_headers: Duration,
-    /// Decompression.
-    pub decompress: Duration,
-    /// Value decoding (levels, dictionaries, values, strings).
-    pub decode: Duration,
-    /// Whole read, planning to last kernel.
-    pub total: Duration,
-    /// Decompression report.
-    pub decompression: DecompressStats,
-    /// Pages decoded (data and dictionary).
-    pub pages: usize,
-    /// Bytes of the decoded device columns.
-    pub decoded_bytes: u64,
-}
-
-impl ReadStats {
-    /// One line per stage, for logs and the CLI.
-    pub fn summary(&self) -> String {
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let io = self.io.as_ref();
-        format!(
-            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms",
-            io.map(|s| s.path.name()).unwrap_or("-"),
-            io.map(|s| s.bytes_read as f64 / 1e9).unwrap_or(0.0),
-            io.map(|s| ms(s.wall)).unwrap_or(0.0),
-            self.decompression.path(),
-            self.decompression.gpu_pages,
-            self.decompression.cpu_pages,
-            ms(self.plan),
-            ms(self.page_headers),
-            ms(self.decompress),
-            ms(self.decode),
-            ms(self.total),
-        )
-    }
-}
-
 /// A table in device memory: one [`DeviceColumn`] per field of the schema.
 #[derive(Debug)]
 pub struct DeviceTable {
-    /// The result schema.
-    pub schema: SchemaRef,
-    /// Columns in schema order.
-    pub columns: Vec<DeviceColumn>,
-    /// Rows.
-    pub num_rows: usize,
-    /// What the read did.
-    pub stats: ReadStats,
+    schema: SchemaRef,
+    columns: Vec<DeviceColumn>,
+    num_rows: usize,
+    stats: ReadStats,
 }
 
 impl DeviceTable {
+    /// Assembles a table; `stats.decoded_bytes` is filled in from the columns.
+    pub(crate) fn new(schema: SchemaRef, columns: Vec<DeviceColumn>, num_rows: usize, mut stats: ReadStats) -> DeviceTable {
+        stats.decoded_bytes = columns.iter().map(DeviceColumn::device_bytes).sum();
+        DeviceTable { schema, columns, num_rows, stats }
+    }
+
+    /// The result schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Columns in schema order.
+    pub fn columns(&self) -> &[DeviceColumn] {
+        &self.columns
+    }
+
+    /// The column named `name`, if any.
+    pub fn column_by_name(&self, name: &str) -> Option<&DeviceColumn> {
+        self.columns.iter().find(|c| c.field.name() == name)
+    }
+
+    /// Rows.
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// What the read did: paths taken, bytes and per-stage times.
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
     /// Copies the table to the host as one arrow-rs `RecordBatch`.
     pub fn to_record_batch(&self) -> Result<RecordBatch> {
         let arrays = self.columns.iter().map(|c| c.to_array()).collect::<Result<Vec<_>>>()?;
@@ -206,9 +240,6 @@ impl DeviceTable {
 
     /// Bytes of all device buffers.
     pub fn device_bytes(&self) -> u64 {
-        self.columns
-            .iter()
-            .map(|c| c.values.len() + c.validity.as_ref().map_or(0, |v| v.len()) + c.offsets.as_ref().map_or(0, |o| o.len()))
-            .sum()
+        self.columns.iter().map(DeviceColumn::device_bytes).sum()
     }
 }

@@ -27,7 +27,7 @@ use tracing::{debug, warn};
 
 use super::DeviceTable;
 use crate::error::Result;
-use crate::gpu::{GpuContext, GpuStream, PinnedBuffer};
+use crate::cuda::{GpuContext, GpuStream, PinnedBuffer};
 
 /// Slabs are sized in multiples of this, so tables of similar size share them.
 const SLAB_GRANULE: usize = 32 << 20;
@@ -63,7 +63,7 @@ impl std::fmt::Debug for PinnedHostPool {
 
 /// The pool size from `GPQ_PINNED_HOST_BYTES`, else the default.
 fn configured_capacity() -> u64 {
-    if let Some(bytes) = std::env::var("GPQ_PINNED_HOST_BYTES").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+    if let Some(bytes) = crate::env::pinned_host_bytes() {
         return bytes;
     }
     // SAFETY: sysconf has no preconditions.
@@ -77,8 +77,7 @@ impl PinnedHostPool {
     pub fn for_context(ctx: &Arc<GpuContext>) -> Arc<PinnedHostPool> {
         static POOLS: OnceLock<Mutex<HashMap<(usize, bool), Arc<PinnedHostPool>>>> = OnceLock::new();
         let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-        let key = (ctx.ordinal(), ctx.is_emulated());
-        Arc::clone(pools.entry(key).or_insert_with(|| Self::with_capacity(ctx, configured_capacity())))
+        Arc::clone(pools.entry(ctx.key()).or_insert_with(|| Self::with_capacity(ctx, configured_capacity())))
     }
 
     /// A private pool holding at most `capacity` bytes of slabs.

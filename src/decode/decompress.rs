@@ -16,51 +16,44 @@ use std::time::Instant;
 use parquet::basic::Compression;
 use tracing::{info, warn};
 
-use super::descriptors::{CopyDesc, as_bytes, from_bytes, page_type};
+use super::descriptors::{CopyDesc, page_type};
 use super::nvcomp::{self, Codec};
 use super::pages::{PageTable, corrupt};
-use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, GpuStream, KernelArgs};
+use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
+use crate::error::{CorruptKind, Error, Result};
+use crate::gpu::{Kernel, KernelArgs, Kernels};
+use crate::io::DeviceChunks;
+use crate::options::DecompressMode;
 use crate::plan::ReadPlan;
-pub use crate::options::DecompressMode;
-
-/// What decompression did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DecompressStats {
-    /// Pages decompressed by nvCOMP.
-    pub gpu_pages: usize,
-    /// Pages decompressed on the CPU.
-    pub cpu_pages: usize,
-    /// Compressed bytes in.
-    pub compressed_bytes: u64,
-    /// Bytes out.
-    pub decompressed_bytes: u64,
-    /// nvCOMP version used, if any.
-    pub nvcomp_version: Option<String>,
-    /// Why pages went to the CPU, if any did.
-    pub fallback: Option<String>,
-}
-
-impl DecompressStats {
-    /// `none`, `nvcomp`, `cpu` or `nvcomp+cpu`.
-    pub fn path(&self) -> &'static str {
-        match (self.gpu_pages > 0, self.cpu_pages > 0) {
-            (false, false) => "none",
-            (true, false) => "nvcomp",
-            (false, true) => "cpu",
-            (true, true) => "nvcomp+cpu",
-        }
-    }
-}
+use crate::stats::DecompressStats;
 
 /// Where each page's uncompressed bytes are.
 pub struct Decompressed {
     /// Per page of the table: (device address, bytes).
-    pub pages: Vec<(u64, u32)>,
-    /// Owns the decompressed pages.
-    pub buffer: DeviceBuffer,
+    pub(crate) pages: Vec<(u64, u32)>,
+    /// Owns the decompressed pages (read through `pages`).
+    pub(crate) _buffer: DeviceBuffer,
     /// What happened.
-    pub stats: DecompressStats,
+    pub(crate) stats: DecompressStats,
+    /// The device chunks (address, length) the pages came from.
+    pub(crate) source: (u64, u64),
+}
+
+impl Decompressed {
+    /// What decompression did.
+    pub fn stats(&self) -> &DecompressStats {
+        &self.stats
+    }
+
+    /// Fails unless these pages were decompressed from `chunks` with `table`.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    pub(crate) fn check_source(&self, chunks: &DeviceChunks, table: &PageTable) -> Result<()> {
+        table.check_source(chunks)?;
+        if self.source != table.source || self.pages.len() != table.pages.len() {
+            return Err(Error::InvalidOptions("decompressed pages were used with another read's page table".into()));
+        }
+        Ok(())
+    }
 }
 
 struct Job {
@@ -76,13 +69,9 @@ struct Job {
 const SLOT_ALIGN: u64 = 256;
 
 /// Decompresses every compressed page of `table`.
-pub fn decompress(
-    plan: &ReadPlan,
-    table: &PageTable,
-    raw: &DeviceBuffer,
-    stream: &Arc<GpuStream>,
-    mode: DecompressMode,
-) -> Result<Decompressed> {
+pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: DecompressMode) -> Result<Decompressed> {
+    table.check_source(chunks)?;
+    let (plan, raw, stream) = (chunks.plan(), chunks.buffer(), chunks.stream());
     let mut pages = vec![(0u64, 0u32); table.pages.len()];
     let mut jobs: Vec<Job> = Vec::new();
     let mut level_copies: Vec<(u64, u64, u64)> = Vec::new(); // (src, dst offset, len)
@@ -104,6 +93,7 @@ pub fn decompress(
                     plan,
                     ci,
                     page_no,
+                    CorruptKind::SizeMismatch,
                     format!("uncompressed page stores {} bytes but its header says {}", p.compressed_size, p.uncompressed_size),
                 ));
             }
@@ -111,7 +101,7 @@ pub fn decompress(
             continue;
         }
         if (p.uncompressed_size as u64) < levels {
-            return Err(corrupt(plan, ci, page_no, "uncompressed size smaller than the page's level bytes"));
+            return Err(corrupt(plan, ci, page_no, CorruptKind::SizeMismatch, "uncompressed size smaller than the page's level bytes"));
         }
         let values_offset = (cursor + levels).div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
         let page_offset = values_offset - levels;
@@ -145,8 +135,9 @@ pub fn decompress(
         decompressed_bytes: jobs.iter().map(|j| j.out_len as u64).sum(),
         ..Default::default()
     };
+    let source = table.source;
     if jobs.is_empty() && level_copies.is_empty() {
-        return Ok(Decompressed { pages, buffer, stats });
+        return Ok(Decompressed { pages, _buffer: buffer, stats, source });
     }
 
     // Split by who decompresses.
@@ -194,7 +185,7 @@ pub fn decompress(
     }
 
     // Level bytes of v2 pages go in front of their values.
-    let kernels = stream.context().kernels()?;
+    let kernels = Kernels::for_context(stream.context())?;
     let mut scratch: Vec<DeviceBuffer> = Vec::new();
     if !level_copies.is_empty() {
         let copies: Vec<CopyDesc> = level_copies
@@ -298,8 +289,8 @@ pub fn decompress(
     if !retry.is_empty() {
         warn!(pages = retry.len(), first = %gpu_errors[0], "nvCOMP rejected pages; retrying them on the CPU");
         cpu_decompress(plan, table, raw, &buffer, &retry, stream, WriteBack::PerPage).map_err(|e| match e {
-            Error::CorruptPage { file, row_group, column, page, kind } => {
-                Error::CorruptPage { file, row_group, column, page, kind: format!("{kind} (and {})", gpu_errors[0]) }
+            Error::CorruptPage { file, row_group, column, page, kind, detail } => {
+                Error::CorruptPage { file, row_group, column, page, kind, detail: format!("{detail}; {}", gpu_errors[0]) }
             }
             other => other,
         })?;
@@ -310,12 +301,12 @@ pub fn decompress(
     if stats.gpu_pages > 0 {
         info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
     }
-    Ok(Decompressed { pages, buffer, stats })
+    Ok(Decompressed { pages, _buffer: buffer, stats, source })
 }
 
 fn batched_copy(
     stream: &Arc<GpuStream>,
-    kernels: &crate::gpu::Kernels,
+    kernels: &Kernels,
     copies: &[CopyDesc],
     keep: &mut Vec<DeviceBuffer>,
 ) -> Result<()> {
@@ -325,7 +316,8 @@ fn batched_copy(
     let d = DeviceBuffer::from_host(stream, as_bytes(copies), "copy table")?;
     let mut args = KernelArgs::new().arg(d.ptr()).arg(copies.len() as u32);
     // SAFETY: arguments match gpq_batched_copy; every range lies in a live buffer.
-    unsafe { kernels.launch("gpq_batched_copy", copies.len() as u32, 256, 0, stream, &mut args)? };
+    let grid = u32::try_from(copies.len()).map_err(|_| Error::Internal(format!("{} copies in one launch", copies.len())))?;
+    unsafe { kernels.launch(Kernel::BatchedCopy, grid, 256, 0, stream, &mut args)? };
     keep.push(d);
     Ok(())
 }
@@ -390,13 +382,13 @@ fn cpu_decompress(
                             let src = &input[start..start + j.input_len];
                             let ci = table.pages[j.page].chunk as usize;
                             super::cpu_codecs::decompress(j.codec, src, dst)
-                                .map_err(|e| corrupt(plan, ci, table.page_in_chunk(j.page), e))?;
+                                .map_err(|e| corrupt(plan, ci, table.page_in_chunk(j.page), CorruptKind::Decompression, e))?;
                         }
                     }
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidOptions("decompression thread panicked".into())))).collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| Err(Error::worker_panicked("CPU decompression", p)))).collect()
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
     match write_back {

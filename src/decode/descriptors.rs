@@ -1,11 +1,11 @@
 //! The `#[repr(C)]` tables the host fills and the kernels read (and write
 //! statuses into). Each mirrors a struct in the `.cu` sources; the size
-//! assertions catch a field added on one side only.
+//! assertions catch a field added on one side only. Internal to the crate.
 
 /// One column chunk to walk (page_headers.cu `ChunkDesc`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChunkDesc {
+pub(crate) struct ChunkDesc {
     /// Chunk start in the device buffer.
     pub offset: u64,
     /// Chunk length.
@@ -23,7 +23,7 @@ pub struct ChunkDesc {
 /// One page header as parsed on the device (page_headers.cu `PageInfo`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PageInfo {
+pub(crate) struct PageInfo {
     /// Offset of the header in the device buffer.
     pub header_offset: u64,
     /// Offset of the page body in the device buffer.
@@ -63,7 +63,7 @@ pub struct PageInfo {
 }
 
 /// Page types.
-pub mod page_type {
+pub(crate) mod page_type {
     /// DATA_PAGE (v1).
     pub const DATA_V1: u32 = 0;
     /// INDEX_PAGE.
@@ -77,7 +77,7 @@ pub mod page_type {
 /// One output column (page_decode.cuh `ColumnDesc`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ColumnDesc {
+pub(crate) struct ColumnDesc {
     /// Output values (bitmap for BOOLEAN).
     pub values: u64,
     /// Output validity bitmap, 0 for required columns.
@@ -115,7 +115,7 @@ pub struct ColumnDesc {
 /// One data page to decode (page_decode.cuh `PageDesc`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PageDesc {
+pub(crate) struct PageDesc {
     /// Page bytes (levels and values), uncompressed.
     pub data: u64,
     /// Dictionary values (fixed width) or entry table (strings).
@@ -151,7 +151,7 @@ pub struct PageDesc {
 /// One string dictionary page to index (decode_strings.cu `DictDesc`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DictDesc {
+pub(crate) struct DictDesc {
     /// Dictionary page bytes.
     pub data: u64,
     /// Output entry table.
@@ -169,7 +169,7 @@ pub struct DictDesc {
 /// One device-to-device copy (copy.cu `CopyDesc`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CopyDesc {
+pub(crate) struct CopyDesc {
     /// Source address.
     pub src: u64,
     /// Destination address.
@@ -184,19 +184,3 @@ const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 104);
 const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
 const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<CopyDesc>() == 24);
-
-/// Views a slice of plain-old-data descriptors as bytes.
-pub fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: the descriptor types are repr(C) with explicit padding fields,
-    // so every byte is initialised.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
-}
-
-/// Reads descriptors back from bytes copied off the device.
-pub fn from_bytes<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {
-    let n = bytes.len() / std::mem::size_of::<T>();
-    let mut out = vec![T::default(); n];
-    // SAFETY: T is plain old data; the copy stays within both buffers.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>()) };
-    out
-}

@@ -1,53 +1,108 @@
 //! The GPU decode stage: column-chunk bytes in device memory become Arrow
-//! columns in device memory.
+//! buffers in device memory.
 //!
-//! Stages, each in its own module: [`pages`] parses page headers on the
-//! device; [`decompress`] runs nvCOMP (or the CPU fallback); then this module
-//! lays out the outputs and launches the value kernels: dictionary indexing
-//! for string dictionaries, fixed-width and boolean decoding, and for strings
-//! a sizes pass, a host sum of page totals, and a characters pass.
+//! Stages, one module each: [`pages`] parses page headers on the device and
+//! checks them against the footer; [`decompress`] runs nvCOMP (or the CPU
+//! fallback, [`cpu_codecs`]); [`values`] lays out the outputs and launches
+//! the value kernels: dictionary indexing for string dictionaries,
+//! fixed-width and boolean decoding, and for strings a sizes pass, a host sum
+//! of page totals, and a characters pass. [`types`] decides per column which
+//! kernel and conversion produce its Arrow type.
+//!
+//! nvCOMP is found through `GPQ_NVCOMP_LIB` (an absolute path), the dynamic
+//! loader's search path, and known absolute install locations: the
+//! `nvidia/libnvcomp/lib64` folder of the active Python environment
+//! (`VIRTUAL_ENV` or `CONDA_PREFIX`), of the user's and of the system's
+//! site-packages, and `/usr/local/cuda/lib64`. Never a path relative to the
+//! current directory.
+//!
+//! With the `test-util` feature the stages can be run one by one
+//! ([`read_page_headers`], [`decompress_pages`], [`decode_values`]), for the
+//! criterion benches.
 
 pub mod cpu_codecs;
-pub mod decompress;
-pub mod descriptors;
-pub mod nvcomp;
-pub mod pages;
-pub mod status;
-pub mod types;
+pub(crate) mod decompress;
+pub(crate) mod descriptors;
+pub(crate) mod nvcomp;
+pub(crate) mod pages;
+pub(crate) mod types;
+pub(crate) mod values;
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, FieldRef};
 use parquet::arrow::parquet_to_arrow_schema;
+use parquet::basic::Encoding;
 
-use crate::arrow::{DeviceColumn, DeviceTable, ReadStats};
-use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, GpuStream, KernelArgs};
+use crate::cuda::DeviceBuffer;
+use crate::error::{CorruptKind, Error, Result};
+use crate::io::DeviceChunks;
+use crate::options::DecompressMode;
 use crate::plan::ReadPlan;
-use crate::reader::DeviceChunks;
+use crate::stats::DecompressStats;
 
-use decompress::{DecompressMode, Decompressed};
-use descriptors::{ColumnDesc, DictDesc, PageDesc, as_bytes, from_bytes, page_type};
-use pages::{PageTable, corrupt};
+use descriptors::page_type;
+use pages::corrupt;
 use types::{ColumnRecipe, Family};
 
-const BLOCK: u32 = 256;
+pub use decompress::Decompressed;
+pub use pages::PageTable;
 
-/// Encodings the kernels decode (values of data pages).
-fn encoding_name(e: u32) -> &'static str {
-    match e {
-        0 => "PLAIN",
-        2 => "PLAIN_DICTIONARY",
-        3 => "RLE",
-        4 => "BIT_PACKED",
-        5 => "DELTA_BINARY_PACKED",
-        6 => "DELTA_LENGTH_BYTE_ARRAY",
-        7 => "DELTA_BYTE_ARRAY",
-        8 => "RLE_DICTIONARY",
-        9 => "BYTE_STREAM_SPLIT",
-        _ => "unknown",
-    }
+/// One decoded column's device buffers, in Arrow layout.
+#[derive(Debug)]
+pub struct DecodedColumn {
+    /// The field as the result schema has it.
+    pub field: FieldRef,
+    /// What the device buffers hold (may differ from the field's type).
+    pub device_type: DataType,
+    /// Rows.
+    pub len: usize,
+    /// Nulls.
+    pub null_count: usize,
+    /// Validity bitmap (LSB first), if the column is nullable.
+    pub validity: Option<DeviceBuffer>,
+    /// Offsets (`i32`, or `i64` for large types) of string and binary columns.
+    pub offsets: Option<DeviceBuffer>,
+    /// Values: fixed-width values, a bitmap for booleans, the characters of strings.
+    pub values: DeviceBuffer,
+}
+
+/// What the decode stage produced.
+#[derive(Debug)]
+pub struct Decoded {
+    /// One column per planned column, in order.
+    pub columns: Vec<DecodedColumn>,
+    /// Page headers on the device.
+    pub page_headers: Duration,
+    /// Decompression.
+    pub decompress: Duration,
+    /// Value decoding.
+    pub decode: Duration,
+    /// Decompression report.
+    pub decompression: DecompressStats,
+    /// Pages decoded (data and dictionary).
+    pub pages: usize,
+}
+
+/// The Parquet encoding a page header's Thrift code names.
+pub(crate) fn parquet_encoding(code: u32) -> Option<Encoding> {
+    Some(match code {
+        0 => Encoding::PLAIN,
+        2 => Encoding::PLAIN_DICTIONARY,
+        3 => Encoding::RLE,
+        #[allow(deprecated)]
+        4 => Encoding::BIT_PACKED,
+        5 => Encoding::DELTA_BINARY_PACKED,
+        6 => Encoding::DELTA_LENGTH_BYTE_ARRAY,
+        7 => Encoding::DELTA_BYTE_ARRAY,
+        8 => Encoding::RLE_DICTIONARY,
+        9 => Encoding::BYTE_STREAM_SPLIT,
+        _ => return None,
+    })
+}
+
+fn encoding_name(code: u32) -> String {
+    parquet_encoding(code).map_or_else(|| format!("unknown encoding {code}"), |e| e.to_string())
 }
 
 fn unsupported(plan: &ReadPlan, column: usize, what: impl Into<String>) -> Error {
@@ -59,7 +114,7 @@ fn unsupported(plan: &ReadPlan, column: usize, what: impl Into<String>) -> Error
 }
 
 /// Decides how each column is decoded, or why it cannot be.
-pub fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
+pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
     let md = plan.metadata.file_metadata();
     let natural = parquet_to_arrow_schema(md.schema_descr(), None)
         .map_err(|source| Error::Metadata { file: plan.path.clone(), source })?;
@@ -94,9 +149,9 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
         let recipe = &recipes[c.column];
         let leaf = plan.leaf_of(c);
         if let Some(d) = chunk.dictionary {
-            let e = table.pages[d].encoding;
-            if e != 0 && e != 2 {
-                return Err(corrupt(plan, ci, 0, format!("dictionary page encoded {}", encoding_name(e))));
+            let e = parquet_encoding(table.pages[d].encoding);
+            if !matches!(e, Some(Encoding::PLAIN | Encoding::PLAIN_DICTIONARY)) {
+                return Err(corrupt(plan, ci, 0, CorruptKind::DictionaryEncoding, encoding_name(table.pages[d].encoding)));
             }
             if recipe.family == Family::Bool {
                 return Err(unsupported(plan, c.column, "dictionary-encoded BOOLEAN"));
@@ -104,14 +159,16 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
         }
         for &pi in &chunk.data {
             let p = &table.pages[pi];
-            let ok = matches!(p.encoding, 0 | 2 | 8) || (p.encoding == 3 && recipe.family == Family::Bool);
+            let e = parquet_encoding(p.encoding);
+            let ok = matches!(e, Some(Encoding::PLAIN | Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY))
+                || (e == Some(Encoding::RLE) && recipe.family == Family::Bool);
             if !ok {
                 return Err(unsupported(plan, c.column, format!("{} encoding (page {})", encoding_name(p.encoding), table.page_in_chunk(pi))));
             }
-            if matches!(p.encoding, 2 | 8) && chunk.dictionary.is_none() {
-                return Err(corrupt(plan, ci, table.page_in_chunk(pi), "dictionary-encoded page in a chunk without a dictionary page"));
+            if matches!(e, Some(Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY)) && chunk.dictionary.is_none() {
+                return Err(corrupt(plan, ci, table.page_in_chunk(pi), CorruptKind::NoDictionary, ""));
             }
-            if p.page_type == page_type::DATA_V1 && leaf.max_def_level > 0 && p.def_encoding != 3 {
+            if p.page_type == page_type::DATA_V1 && leaf.max_def_level > 0 && parquet_encoding(p.def_encoding) != Some(Encoding::RLE) {
                 return Err(unsupported(plan, c.column, format!("{} definition levels", encoding_name(p.def_encoding))));
             }
         }
@@ -119,339 +176,63 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
     Ok(())
 }
 
-fn bitmap_bytes(rows: usize) -> u64 {
-    // Kernels OR whole 32-bit words; round up to 8 bytes.
-    (rows.div_ceil(64) * 8).max(8) as u64
-}
-
 /// Decodes the chunks of a read into device columns.
-pub fn decode(chunks: DeviceChunks, mode: DecompressMode, t_start: Instant) -> Result<DeviceTable> {
-    let DeviceChunks { plan, buffer: raw, io, plan_time, stream } = chunks;
-    let recipes = column_recipes(&plan)?;
-    let num_rows = usize::try_from(plan.num_rows).map_err(|_| Error::InvalidOptions("too many rows".into()))?;
-    let mut stats = ReadStats { io: Some(io), plan: plan_time, ..Default::default() };
+pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode) -> Result<Decoded> {
+    let plan = chunks.plan();
+    let recipes = column_recipes(plan)?;
+    let num_rows = usize::try_from(plan.num_rows)
+        .map_err(|_| unsupported(plan, 0, format!("{} rows do not fit this machine's address space", plan.num_rows)))?;
 
     let t = Instant::now();
-    let table = pages::read_page_headers(&plan, &raw, &stream)?;
-    check_encodings(&plan, &table, &recipes)?;
+    let table = pages::read_page_headers(chunks)?;
+    check_encodings(plan, &table, &recipes)?;
     for (ci, c) in plan.chunks.iter().enumerate() {
         if c.num_values != c.num_rows {
-            return Err(corrupt(&plan, ci, 0, format!("{} values in a flat column chunk of {} rows", c.num_values, c.num_rows)));
+            return Err(corrupt(
+                plan,
+                ci,
+                0,
+                CorruptKind::ValueCountMismatch,
+                format!("{} values in a flat column chunk of {} rows", c.num_values, c.num_rows),
+            ));
         }
     }
-    stats.page_headers = t.elapsed();
+    let page_headers = t.elapsed();
 
     let t = Instant::now();
-    let dec = decompress::decompress(&plan, &table, &raw, &stream, mode)?;
-    stats.decompress = t.elapsed();
-    stats.decompression = dec.stats.clone();
-    stats.pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
+    let dec = decompress::decompress(chunks, &table, mode)?;
+    let decompress = t.elapsed();
+    let pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
 
     let t = Instant::now();
-    let columns = decode_columns(&plan, &table, &dec, &recipes, num_rows, &stream)?;
-    stats.decode = t.elapsed();
-    drop(dec);
-    drop(raw);
-
-    let out = DeviceTable { schema: plan.schema.clone(), columns, num_rows, stats };
-    let decoded = out.device_bytes();
-    let mut out = out;
-    out.stats.decoded_bytes = decoded;
-    out.stats.total = t_start.elapsed();
-    Ok(out)
+    let columns = values::decode_columns(plan, &table, &dec, &recipes, num_rows, chunks.stream())?;
+    Ok(Decoded { columns, page_headers, decompress, decode: t.elapsed(), decompression: dec.stats.clone(), pages })
 }
 
-/// Where one kernel page came from, for error messages.
-#[derive(Clone, Copy)]
-struct PageOrigin {
-    chunk: usize,
-    page_no: usize,
+/// Stage 1 alone: parses and checks every chunk's page headers (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
+    pages::read_page_headers(chunks)
 }
 
-struct Outputs {
-    values: DeviceBuffer,
-    validity: Option<DeviceBuffer>,
-    offsets: Option<DeviceBuffer>,
-    scratch: Option<(DeviceBuffer, DeviceBuffer)>,
+/// Stage 2 alone: decompresses every page of `table` (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn decompress_pages(chunks: &DeviceChunks, table: &PageTable, mode: DecompressMode) -> Result<Decompressed> {
+    decompress::decompress(chunks, table, mode)
 }
 
-/// Stage 3 on its own: decodes the (decompressed) pages of `table` into
-/// device columns of `num_rows` rows each, following `recipes`.
-pub fn decode_columns(
-    plan: &ReadPlan,
-    table: &PageTable,
-    dec: &Decompressed,
-    recipes: &[ColumnRecipe],
-    num_rows: usize,
-    stream: &Arc<GpuStream>,
-) -> Result<Vec<DeviceColumn>> {
-    let kernels = stream.context().kernels()?;
-    let ncols = plan.columns.len();
-    let null_counts = DeviceBuffer::alloc(stream, 8 * ncols.max(1) as u64, "null counts")?;
-    null_counts.fill(stream, 0)?;
-
-    // Output buffers and the column table.
-    let mut outputs: Vec<Outputs> = Vec::with_capacity(ncols);
-    let mut descs: Vec<ColumnDesc> = Vec::with_capacity(ncols);
-    for (ci, r) in recipes.iter().enumerate() {
-        let nullable = plan.columns[ci].leaves[0].max_def_level > 0;
-        let validity = if nullable {
-            let v = DeviceBuffer::alloc(stream, bitmap_bytes(num_rows), "validity")?;
-            v.fill(stream, 0)?;
-            Some(v)
-        } else {
-            None
-        };
-        let (values, offsets, scratch) = match r.family {
-            Family::Fixed | Family::BytesDecimal => {
-                (DeviceBuffer::alloc(stream, (num_rows as u64 * r.out_width as u64).max(1), "values")?, None, None)
-            }
-            Family::Bool => {
-                let v = DeviceBuffer::alloc(stream, bitmap_bytes(num_rows), "boolean values")?;
-                v.fill(stream, 0)?;
-                (v, None, None)
-            }
-            // Characters are allocated once their total is known.
-            Family::Strings => (DeviceBuffer::alloc(stream, 0, "characters")?, None, None),
-        };
-        let scratch = match r.family {
-            Family::Strings | Family::BytesDecimal => Some((
-                DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string lengths")?,
-                DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string sources")?,
-            )),
-            _ => scratch,
-        };
-        descs.push(ColumnDesc {
-            values: values.ptr(),
-            validity: validity.as_ref().map_or(0, |v| v.ptr()),
-            offsets: 0,
-            chars: 0,
-            scratch_len: scratch.as_ref().map_or(0, |s| s.0.ptr()),
-            scratch_src: scratch.as_ref().map_or(0, |s| s.1.ptr()),
-            null_count: null_counts.ptr() + 8 * ci as u64,
-            num_rows: num_rows as u64,
-            mul: r.mul,
-            div: r.div,
-            kind: r.kind,
-            in_width: r.in_width,
-            out_width: r.out_width,
-            max_def: plan.columns[ci].leaves[0].max_def_level as u32,
-            large_offsets: 0,
-            pad: 0,
-        });
-        outputs.push(Outputs { values, validity, offsets, scratch });
-    }
-
-    // String dictionaries: an (offset, length) table per dictionary page.
-    let mut dict_descs: Vec<DictDesc> = Vec::new();
-    let mut dict_origin: Vec<usize> = Vec::new();
-    let mut dict_entry_offset: Vec<Option<u64>> = vec![None; table.chunks.len()];
-    let mut entries_len = 0u64;
-    for (ci, ch) in table.chunks.iter().enumerate() {
-        let fam = recipes[plan.chunks[ci].column].family;
-        if let (Some(d), Family::Strings | Family::BytesDecimal) = (ch.dictionary, fam) {
-            let count = table.pages[d].num_values as u64;
-            dict_entry_offset[ci] = Some(entries_len);
-            entries_len += 8 * count;
-            let (data, size) = dec.pages[d];
-            dict_descs.push(DictDesc { data, entries: 0, size, count: count as u32, status: 0, pad: 0 });
-            dict_origin.push(ci);
-        }
-    }
-    let entries = DeviceBuffer::alloc(stream, entries_len.max(8), "dictionary entries")?;
-    {
-        let mut k = 0;
-        for (ci, off) in dict_entry_offset.iter().enumerate() {
-            if let Some(o) = off {
-                debug_assert_eq!(dict_origin[k], ci);
-                dict_descs[k].entries = entries.ptr() + o;
-                k += 1;
-            }
-        }
-    }
-    let d_dicts = DeviceBuffer::from_host(stream, as_bytes(&dict_descs), "dictionary table")?;
-    if !dict_descs.is_empty() {
-        let mut args = KernelArgs::new().arg(d_dicts.ptr()).arg(dict_descs.len() as u32);
-        // SAFETY: arguments match gpq_dict_index; each entry table has room for `count` pairs.
-        unsafe { kernels.launch("gpq_dict_index", (dict_descs.len() as u32).div_ceil(64), 64, 0, stream, &mut args)? };
-    }
-
-    // Page descriptors, split by kernel family.
-    let mut fixed_pages: Vec<PageDesc> = Vec::new();
-    let mut fixed_origin: Vec<PageOrigin> = Vec::new();
-    let mut str_pages: Vec<PageDesc> = Vec::new();
-    let mut str_origin: Vec<PageOrigin> = Vec::new();
-    let mut row_of_column = vec![0u64; ncols];
-    for (ci, ch) in table.chunks.iter().enumerate() {
-        let col = plan.chunks[ci].column;
-        let r = &recipes[col];
-        let (dict, dict_data, dict_count) = match ch.dictionary {
-            None => (0, 0, 0),
-            Some(d) => {
-                let (ptr, size) = dec.pages[d];
-                let count = table.pages[d].num_values as u32;
-                match r.family {
-                    Family::Strings | Family::BytesDecimal => {
-                        (entries.ptr() + dict_entry_offset[ci].expect("indexed dictionary"), ptr, count)
-                    }
-                    _ => {
-                        if count as u64 * r.in_width as u64 > size as u64 {
-                            return Err(corrupt(plan, ci, 0, format!("dictionary of {count} values needs more than its {size} bytes")));
-                        }
-                        (ptr, 0, count)
-                    }
-                }
-            }
-        };
-        for &pi in &ch.data {
-            let p = &table.pages[pi];
-            let (data, size) = dec.pages[pi];
-            let desc = PageDesc {
-                data,
-                dict,
-                dict_data,
-                row_start: row_of_column[col],
-                char_base: 0,
-                size,
-                num_values: p.num_values as u32,
-                dict_count,
-                encoding: p.encoding,
-                level_mode: if p.page_type == page_type::DATA_V2 { 2 } else { 1 },
-                def_len: p.def_len as u32,
-                rep_len: p.rep_len as u32,
-                column: col as u32,
-                status: 0,
-                pad: 0,
-            };
-            row_of_column[col] += p.num_values as u64;
-            let origin = PageOrigin { chunk: ci, page_no: table.page_in_chunk(pi) };
-            match r.family {
-                Family::Fixed | Family::Bool => {
-                    fixed_pages.push(desc);
-                    fixed_origin.push(origin);
-                }
-                Family::Strings | Family::BytesDecimal => {
-                    str_pages.push(desc);
-                    str_origin.push(origin);
-                }
-            }
-        }
-    }
-    for (col, &rows) in row_of_column.iter().enumerate() {
-        if rows != num_rows as u64 {
-            return Err(unsupported(plan, col, format!("pages hold {rows} rows, the row groups {num_rows}")));
-        }
-    }
-
-    let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
-    let d_fixed = DeviceBuffer::from_host(stream, as_bytes(&fixed_pages), "fixed page table")?;
-    if !fixed_pages.is_empty() {
-        let mut args = KernelArgs::new().arg(d_fixed.ptr()).arg(d_columns.ptr());
-        // SAFETY: arguments match gpq_decode_fixed; outputs hold num_rows values per column.
-        unsafe { kernels.launch("gpq_decode_fixed", fixed_pages.len() as u32, BLOCK, 0, stream, &mut args)? };
-    }
-
-    // Strings: sizes, then character bases from the page totals, then characters.
-    let mut col_total = vec![0u64; ncols];
-    let mut d_str = DeviceBuffer::from_host(stream, as_bytes(&str_pages), "string page table")?;
-    if !str_pages.is_empty() {
-        let page_chars = DeviceBuffer::alloc(stream, 8 * str_pages.len() as u64, "page character counts")?;
-        let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr()).arg(page_chars.ptr());
-        // SAFETY: arguments match gpq_string_sizes; scratch arrays hold num_rows entries.
-        unsafe { kernels.launch("gpq_string_sizes", str_pages.len() as u32, BLOCK, 0, stream, &mut args)? };
-        check_dicts(plan, &d_dicts, &dict_origin)?;
-        let totals: Vec<u64> = from_bytes(&page_chars.to_host()?);
-        let statuses: Vec<PageDesc> = from_bytes(&d_str.to_host()?);
-        check_pages(plan, &statuses, &str_origin)?;
-        for (k, p) in str_pages.iter_mut().enumerate() {
-            let c = p.column as usize;
-            p.char_base = col_total[c];
-            col_total[c] += totals[k];
-        }
-    } else {
-        check_dicts(plan, &d_dicts, &dict_origin)?;
-    }
-    for (ci, r) in recipes.iter().enumerate() {
-        if r.family != Family::Strings {
-            continue;
-        }
-        let large = matches!(r.device_type, DataType::LargeUtf8 | DataType::LargeBinary) || col_total[ci] > i32::MAX as u64;
-        let width = if large { 8 } else { 4 };
-        let offsets = DeviceBuffer::alloc(stream, (num_rows as u64 + 1) * width, "offsets")?;
-        offsets.fill(stream, 0)?;
-        let chars = DeviceBuffer::alloc(stream, col_total[ci].max(1), "characters")?;
-        descs[ci].offsets = offsets.ptr();
-        descs[ci].chars = chars.ptr();
-        descs[ci].large_offsets = large as u32;
-        outputs[ci].values = chars;
-        outputs[ci].offsets = Some(offsets);
-    }
-    if !str_pages.is_empty() {
-        let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
-        d_str = DeviceBuffer::from_host(stream, as_bytes(&str_pages), "string page table")?;
-        // Each kernel skips the pages of the other family.
-        if recipes.iter().any(|r| r.family == Family::Strings) {
-            let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
-            // SAFETY: arguments match gpq_string_chars; offsets hold num_rows + 1 entries and
-            // characters the column's total.
-            unsafe { kernels.launch("gpq_string_chars", str_pages.len() as u32, BLOCK, 0, stream, &mut args)? };
-        }
-        if recipes.iter().any(|r| r.family == Family::BytesDecimal) {
-            let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
-            // SAFETY: arguments match gpq_bytes_decimal; values hold num_rows decimals.
-            unsafe { kernels.launch("gpq_bytes_decimal", str_pages.len() as u32, BLOCK, 0, stream, &mut args)? };
-        }
-        stream.synchronize()?;
-        let statuses: Vec<PageDesc> = from_bytes(&d_str.to_host()?);
-        check_pages(plan, &statuses, &str_origin)?;
-    }
-    stream.synchronize()?;
-    let statuses: Vec<PageDesc> = from_bytes(&d_fixed.to_host()?);
-    check_pages(plan, &statuses, &fixed_origin)?;
-    let nulls: Vec<u64> = from_bytes(&null_counts.to_host()?);
-
-    let mut columns = Vec::with_capacity(ncols);
-    for (ci, (o, r)) in outputs.into_iter().zip(recipes).enumerate() {
-        let mut device_type = r.device_type.clone();
-        if descs[ci].large_offsets == 1 {
-            device_type = match device_type {
-                DataType::Utf8 => DataType::LargeUtf8,
-                DataType::Binary => DataType::LargeBinary,
-                t => t,
-            };
-        }
-        drop(o.scratch);
-        columns.push(DeviceColumn {
-            field: plan.columns[ci].field.clone(),
-            device_type,
-            len: num_rows,
-            null_count: nulls[ci] as usize,
-            validity: o.validity,
-            offsets: o.offsets,
-            values: o.values,
-        });
-    }
-    Ok(columns)
+/// Stage 3 alone: decodes decompressed pages into device columns (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompressed) -> Result<Vec<DecodedColumn>> {
+    pages.check_source(chunks, table)?;
+    let plan = chunks.plan();
+    let recipes = column_recipes(plan)?;
+    check_encodings(plan, table, &recipes)?;
+    values::decode_columns(plan, table, pages, &recipes, plan.num_rows as usize, chunks.stream())
 }
 
-fn check_pages(plan: &ReadPlan, pages: &[PageDesc], origin: &[PageOrigin]) -> Result<()> {
-    for (p, o) in pages.iter().zip(origin) {
-        if p.status != 0 {
-            return Err(corrupt(plan, o.chunk, o.page_no, status::describe(p.status)));
-        }
-    }
-    Ok(())
-}
-
-fn check_dicts(plan: &ReadPlan, d_dicts: &DeviceBuffer, origin: &[usize]) -> Result<()> {
-    if origin.is_empty() {
-        return Ok(());
-    }
-    let dicts: Vec<DictDesc> = from_bytes(&d_dicts.to_host()?);
-    for (d, &ci) in dicts.iter().zip(origin) {
-        if d.status != 0 {
-            return Err(corrupt(plan, ci, 0, format!("dictionary page: {}", status::describe(d.status))));
-        }
-    }
-    Ok(())
+/// The nvCOMP version this process decompresses with and where it was
+/// loaded from, or why nvCOMP is not used (not found, wrong major version). Loads nvCOMP on first call.
+pub fn nvcomp_version() -> std::result::Result<String, String> {
+    nvcomp::nvcomp().map(|n| format!("{} ({})", n.version, n.path))
 }

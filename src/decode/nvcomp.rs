@@ -3,12 +3,16 @@
 //! gpq binds nvCOMP 6.0 (`libnvcomp.so.6`, shipped in the pip wheel
 //! `nvidia-libnvcomp-cu13`, which has no link-time dependency on anything
 //! gpq does not already load). The library is looked for, in order, at
-//! `$GPQ_NVCOMP_LIB`, on the loader path, and in the `nvidia/libnvcomp/lib64`
-//! folder of the Python site-packages found through `python3`. The 6.0
-//! batched decompressors take a 64-byte options struct by value; every
-//! option gpq passes is the library's default.
+//! `$GPQ_NVCOMP_LIB` (an absolute path), on the dynamic loader's path, and at
+//! known absolute locations: the wheel's `nvidia/libnvcomp/lib64` folder in
+//! the site-packages of the active virtual or conda environment, of the
+//! user and of the system, and `/usr/local/cuda/lib64`. No path relative to
+//! the current directory is ever tried. The 6.0 batched decompressors take a
+//! 64-byte options struct by value; every option gpq passes is the library's
+//! default.
 
 use std::ffi::c_void;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use tracing::{debug, info};
@@ -17,7 +21,7 @@ use parquet::basic::Compression;
 
 /// A codec nvCOMP decompresses for gpq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Codec {
+pub(crate) enum Codec {
     /// Snappy (raw).
     Snappy,
     /// Zstandard frames.
@@ -30,7 +34,7 @@ pub enum Codec {
 
 impl Codec {
     /// The nvCOMP codec for a Parquet compression, if nvCOMP handles it.
-    pub fn for_parquet(c: Compression) -> Option<Codec> {
+    pub(crate) fn for_parquet(c: Compression) -> Option<Codec> {
         match c {
             Compression::SNAPPY => Some(Codec::Snappy),
             Compression::ZSTD(_) => Some(Codec::Zstd),
@@ -113,29 +117,44 @@ pub struct Nvcomp {
 
 static NVCOMP: OnceLock<Result<Nvcomp, String>> = OnceLock::new();
 
-fn candidates() -> Vec<String> {
+const SONAME: &str = "libnvcomp.so.6";
+
+/// Where to look for nvCOMP, in order; each entry is a bare soname (for the
+/// loader's search) or an absolute path.
+fn candidates(errors: &mut Vec<String>) -> Vec<String> {
     let mut c = Vec::new();
-    if let Ok(p) = std::env::var("GPQ_NVCOMP_LIB") {
-        c.push(p);
+    if let Some(p) = crate::env::nvcomp_lib() {
+        if Path::new(&p).is_absolute() {
+            c.push(p);
+        } else {
+            errors.push(format!("GPQ_NVCOMP_LIB={p:?} is not an absolute path (ignored)"));
+        }
     }
-    c.push("libnvcomp.so.6".into());
-    if let Ok(out) = std::process::Command::new("python3")
-        .args(["-c", "import site,sys; print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]+sys.path))"])
-        .output()
-    {
-        for dir in String::from_utf8_lossy(&out.stdout).lines() {
-            let p = std::path::Path::new(dir).join("nvidia/libnvcomp/lib64/libnvcomp.so.6");
-            if p.exists() {
-                c.push(p.display().to_string());
+    c.push(SONAME.into());
+    for lib in crate::env::python_prefixes() {
+        let Ok(entries) = std::fs::read_dir(&lib) else { continue };
+        let mut pythons: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3"))).collect();
+        pythons.sort();
+        for py in pythons {
+            for packages in ["site-packages", "dist-packages"] {
+                let p = py.join(packages).join("nvidia/libnvcomp/lib64").join(SONAME);
+                if p.is_absolute() && p.exists() {
+                    c.push(p.display().to_string());
+                }
             }
         }
+    }
+    let cuda = Path::new("/usr/local/cuda/lib64").join(SONAME);
+    if cuda.exists() {
+        c.push(cuda.display().to_string());
     }
     c
 }
 
 fn load() -> Result<Nvcomp, String> {
     let mut errors = Vec::new();
-    for path in candidates() {
+    for path in candidates(&mut errors) {
         // SAFETY: loading nvCOMP runs its initialisers, which have no preconditions.
         let lib = match unsafe { libloading::Library::new(&path) } {
             Ok(l) => l,

@@ -6,18 +6,18 @@
 //! footer (value counts, dictionary placement, encodings) before anything is
 //! decoded.
 
-use std::sync::Arc;
-
-use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, GpuStream, KernelArgs};
+use crate::cuda::{DeviceBuffer, as_bytes, from_bytes};
+use crate::error::{CorruptKind, Error, Result};
+use crate::gpu::status::corrupt_kind;
+use crate::gpu::{Kernel, KernelArgs, Kernels};
+use crate::io::DeviceChunks;
 use crate::plan::ReadPlan;
 
-use super::descriptors::{ChunkDesc, PageInfo, as_bytes, from_bytes, page_type};
-use super::status;
+use super::descriptors::{ChunkDesc, PageInfo, page_type};
 
 /// Pages of one chunk, as indices into the page table.
 #[derive(Debug, Clone, Default)]
-pub struct ChunkPages {
+pub(crate) struct ChunkPages {
     /// The dictionary page, if any.
     pub dictionary: Option<usize>,
     /// Data pages in order.
@@ -26,52 +26,75 @@ pub struct ChunkPages {
     pub first: usize,
 }
 
-/// The page table of a read.
+/// The page table of a read: every page header of every chunk, checked
+/// against the footer.
 #[derive(Debug, Clone, Default)]
 pub struct PageTable {
     /// Every page of every chunk, chunk by chunk.
-    pub pages: Vec<PageInfo>,
+    pub(crate) pages: Vec<PageInfo>,
     /// Per plan chunk.
-    pub chunks: Vec<ChunkPages>,
+    pub(crate) chunks: Vec<ChunkPages>,
+    /// The device buffer (address, length) the headers were read from.
+    pub(crate) source: (u64, u64),
 }
 
 impl PageTable {
     /// The page number of page `index` within its chunk (the dictionary page is page 0).
-    pub fn page_in_chunk(&self, index: usize) -> usize {
+    pub(crate) fn page_in_chunk(&self, index: usize) -> usize {
         let c = self.pages[index].chunk as usize;
         index - self.chunks[c].first
+    }
+
+    /// Pages in the table (data, dictionary and index pages).
+    pub fn num_pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Fails unless the table was read from `chunks`.
+    pub(crate) fn check_source(&self, chunks: &DeviceChunks) -> Result<()> {
+        let b = chunks.buffer();
+        if self.source != (b.ptr(), b.len()) || self.chunks.len() != chunks.plan().chunks.len() {
+            return Err(Error::InvalidOptions("a page table was used with device chunks it was not read from".into()));
+        }
+        Ok(())
     }
 }
 
 /// Builds the error for page `page` of plan chunk `chunk`.
-pub fn corrupt(plan: &ReadPlan, chunk: usize, page: usize, kind: impl Into<String>) -> Error {
+pub(crate) fn corrupt(plan: &ReadPlan, chunk: usize, page: usize, kind: CorruptKind, detail: impl Into<String>) -> Error {
     let c = &plan.chunks[chunk];
     Error::CorruptPage {
         file: plan.path.clone(),
         row_group: c.row_group,
         column: plan.leaf_of(c).path.clone(),
         page,
-        kind: kind.into(),
+        kind,
+        detail: detail.into(),
     }
 }
 
 /// Parses every chunk's page headers on the device.
-pub fn read_page_headers(plan: &ReadPlan, raw: &DeviceBuffer, stream: &Arc<GpuStream>) -> Result<PageTable> {
+pub(crate) fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
+    let (plan, raw, stream) = (chunks.plan(), chunks.buffer(), chunks.stream());
     let n = plan.chunks.len();
     if n == 0 {
-        return Ok(PageTable::default());
+        return Ok(PageTable { source: (raw.ptr(), raw.len()), ..Default::default() });
     }
-    let kernels = stream.context().kernels()?;
+    let kernels = Kernels::for_context(stream.context())?;
     let mut descs: Vec<ChunkDesc> = plan
         .chunks
         .iter()
         .map(|c| ChunkDesc { offset: c.device_offset, len: c.len, ..Default::default() })
         .collect();
     let d_chunks = DeviceBuffer::from_host(stream, as_bytes(&descs), "chunk table")?;
-    let grid = n.div_ceil(128) as u32;
+    let grid = u32::try_from(n.div_ceil(128)).map_err(|_| Error::Unsupported {
+        file: plan.path.clone(),
+        column: String::new(),
+        what: format!("{n} column chunks in one read"),
+    })?;
     let mut args = KernelArgs::new().arg(raw.ptr()).arg(d_chunks.ptr()).arg(n as u32);
     // SAFETY: arguments match gpq_count_pages; every chunk lies inside `raw`.
-    unsafe { kernels.launch("gpq_count_pages", grid, 128, 0, stream, &mut args)? };
+    unsafe { kernels.launch(Kernel::CountPages, grid, 128, 0, stream, &mut args)? };
     let counted: Vec<ChunkDesc> = from_bytes(&d_chunks.to_host()?);
     check_chunks(plan, &counted)?;
 
@@ -79,18 +102,22 @@ pub fn read_page_headers(plan: &ReadPlan, raw: &DeviceBuffer, stream: &Arc<GpuSt
     for (d, c) in descs.iter_mut().zip(&counted) {
         d.page_start = total;
         d.page_count = c.page_count;
-        total = total.checked_add(c.page_count).ok_or_else(|| Error::InvalidOptions("more than 2^32 pages".into()))?;
+        total = total.checked_add(c.page_count).ok_or_else(|| Error::Unsupported {
+            file: plan.path.clone(),
+            column: String::new(),
+            what: "more than 2^32 pages in one read".into(),
+        })?;
     }
     let d_chunks = DeviceBuffer::from_host(stream, as_bytes(&descs), "chunk table")?;
     let d_pages = DeviceBuffer::alloc(stream, total as u64 * std::mem::size_of::<PageInfo>() as u64, "page table")?;
     let mut args = KernelArgs::new().arg(raw.ptr()).arg(d_chunks.ptr()).arg(n as u32).arg(d_pages.ptr());
     // SAFETY: arguments match gpq_parse_pages; the page table has a slot for every counted page.
-    unsafe { kernels.launch("gpq_parse_pages", grid, 128, 0, stream, &mut args)? };
+    unsafe { kernels.launch(Kernel::ParsePages, grid, 128, 0, stream, &mut args)? };
     let parsed: Vec<ChunkDesc> = from_bytes(&d_chunks.to_host()?);
     check_chunks(plan, &parsed)?;
     let pages: Vec<PageInfo> = from_bytes(&d_pages.to_host()?);
 
-    let mut table = PageTable { pages, chunks: Vec::with_capacity(n) };
+    let mut table = PageTable { pages, chunks: Vec::with_capacity(n), source: (raw.ptr(), raw.len()) };
     for (ci, d) in descs.iter().enumerate() {
         table.chunks.push(classify(plan, ci, &table.pages, d.page_start as usize, d.page_count as usize)?);
     }
@@ -100,7 +127,7 @@ pub fn read_page_headers(plan: &ReadPlan, raw: &DeviceBuffer, stream: &Arc<GpuSt
 fn check_chunks(plan: &ReadPlan, descs: &[ChunkDesc]) -> Result<()> {
     for (i, d) in descs.iter().enumerate() {
         if d.status != 0 {
-            return Err(corrupt(plan, i, d.error_page as usize, status::describe(d.status)));
+            return Err(corrupt(plan, i, d.error_page as usize, corrupt_kind(d.status)?, ""));
         }
     }
     Ok(())
@@ -116,13 +143,19 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
         match p.page_type {
             page_type::DICTIONARY => {
                 if out.dictionary.is_some() || !out.data.is_empty() {
-                    return Err(corrupt(plan, ci, k, "dictionary page after the first page of the chunk"));
+                    return Err(corrupt(plan, ci, k, CorruptKind::DictionaryMisplaced, ""));
                 }
                 out.dictionary = Some(i);
             }
             page_type::DATA_V1 | page_type::DATA_V2 => {
                 if p.page_type == page_type::DATA_V2 && p.num_rows != p.num_values && plan.leaf_of(chunk).max_rep_level == 0 {
-                    return Err(corrupt(plan, ci, k, format!("v2 page of a flat column has {} rows but {} values", p.num_rows, p.num_values)));
+                    return Err(corrupt(
+                        plan,
+                        ci,
+                        k,
+                        CorruptKind::RowCountMismatch,
+                        format!("v2 page of a flat column has {} rows but {} values", p.num_rows, p.num_values),
+                    ));
                 }
                 values += p.num_values as u64;
                 out.data.push(i);
@@ -136,7 +169,8 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
             plan,
             ci,
             last,
-            format!("pages hold {values} values but the column chunk metadata says {}", chunk.num_values),
+            CorruptKind::ValueCountMismatch,
+            format!("pages hold {values} values, the column chunk metadata says {}", chunk.num_values),
         ));
     }
     Ok(out)

@@ -12,7 +12,7 @@ use crate::plan::LeafColumn;
 
 /// Which kernel family decodes a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
+pub(crate) enum Family {
     /// Fixed-width values (gpq_decode_fixed).
     Fixed,
     /// BOOLEAN bits (gpq_decode_fixed).
@@ -23,8 +23,8 @@ pub enum Family {
     BytesDecimal,
 }
 
-/// Kernel conversion kinds (GpqKind in page_decode.cuh).
-pub mod kind {
+/// Kernel conversion kinds (`GpqKind` in page_decode.cuh; a test checks they agree).
+pub(crate) mod kind {
     /// Copy the low bytes.
     pub const COPY: u32 = 0;
     /// Sign-extend.
@@ -45,7 +45,7 @@ pub mod kind {
 
 /// The decode recipe of one column.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ColumnRecipe {
+pub(crate) struct ColumnRecipe {
     /// Kernel family.
     pub family: Family,
     /// Conversion kind.
@@ -77,7 +77,7 @@ fn decimal_width(t: &DataType) -> Option<u32> {
 }
 
 /// The recipe producing `target` directly from `leaf`, if the kernels can.
-pub fn direct(leaf: &LeafColumn, target: &DataType) -> Option<ColumnRecipe> {
+pub(crate) fn direct(leaf: &LeafColumn, target: &DataType) -> Option<ColumnRecipe> {
     use DataType as D;
     use PhysicalType as P;
     let t = target.clone();
@@ -139,10 +139,32 @@ fn strings(device_type: DataType) -> ColumnRecipe {
 
 /// The recipe for `target`, going through `natural` (the type Parquet implies
 /// without an embedded schema) and a host cast if need be.
-pub fn recipe(leaf: &LeafColumn, target: &DataType, natural: &DataType) -> Option<ColumnRecipe> {
+pub(crate) fn recipe(leaf: &LeafColumn, target: &DataType, natural: &DataType) -> Option<ColumnRecipe> {
     if let Some(r) = direct(leaf, target) {
         return Some(r);
     }
     let r = direct(leaf, natural)?;
     arrow::compute::can_cast_types(&r.device_type, target).then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kind;
+
+    #[test]
+    fn conversion_kinds_match_the_cuda_source() {
+        let entries = crate::gpu::status::cuh_enum(include_str!("../gpu/kernels/page_decode.cuh"), "GpqKind");
+        let rust = [
+            ("GPQ_KIND_COPY", kind::COPY),
+            ("GPQ_KIND_SEXT", kind::SEXT),
+            ("GPQ_KIND_MUL", kind::MUL),
+            ("GPQ_KIND_BE_DECIMAL", kind::BE_DECIMAL),
+            ("GPQ_KIND_INT96", kind::INT96),
+            ("GPQ_KIND_BOOL", kind::BOOL),
+            ("GPQ_KIND_STRING", kind::STRING),
+            ("GPQ_KIND_BYTES_DECIMAL", kind::BYTES_DECIMAL),
+        ];
+        let rust: Vec<(String, u32)> = rust.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        assert_eq!(entries, rust);
+    }
 }

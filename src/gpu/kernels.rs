@@ -1,26 +1,78 @@
 //! Kernel loading: the CUDA C++ sources beside this file are compiled at first
 //! use with NVRTC into a cubin for the device's architecture, cached on disk
 //! (keyed by source hash, architecture, NVRTC version and options) so the next
-//! process starts fast, and loaded as one module.
+//! process starts fast, and loaded as one module per device.
 //!
-//! The cache lives in `$GPQ_KERNEL_CACHE`, else `$XDG_CACHE_HOME/gpq/kernels`,
-//! else `~/.cache/gpq/kernels`; a cache that cannot be written is skipped.
+//! The cache directory is chosen in [`crate::env`]; a cache that cannot be
+//! written is skipped.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
-use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 use cudarc::nvrtc::sys as nvrtc;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use super::check;
-use super::context::GpuStream;
+use crate::cuda::{GpuContext, GpuStream, check};
 use crate::error::{Error, Result};
 
+/// The kernels gpq launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Position-weighted checksums of byte spans (`checksum.cu`).
+    SpanChecksum,
+    /// Pass 1 of page headers: count pages per chunk (`page_headers.cu`).
+    CountPages,
+    /// Pass 2 of page headers: fill the page table (`page_headers.cu`).
+    ParsePages,
+    /// Fixed-width and boolean values (`decode_values.cu`).
+    DecodeFixed,
+    /// (offset, length) tables of string dictionaries (`decode_strings.cu`).
+    DictIndex,
+    /// String lengths per row and characters per page (`decode_strings.cu`).
+    StringSizes,
+    /// String offsets and characters (`decode_strings.cu`).
+    StringChars,
+    /// Decimals stored as byte arrays (`decode_strings.cu`).
+    BytesDecimal,
+    /// Batched device-to-device copies (`copy.cu`).
+    BatchedCopy,
+}
+
+impl Kernel {
+    /// Every kernel.
+    pub const ALL: [Kernel; 9] = [
+        Kernel::SpanChecksum,
+        Kernel::CountPages,
+        Kernel::ParsePages,
+        Kernel::DecodeFixed,
+        Kernel::DictIndex,
+        Kernel::StringSizes,
+        Kernel::StringChars,
+        Kernel::BytesDecimal,
+        Kernel::BatchedCopy,
+    ];
+
+    /// The `extern "C"` name of the kernel in the sources.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Kernel::SpanChecksum => "gpq_span_checksum",
+            Kernel::CountPages => "gpq_count_pages",
+            Kernel::ParsePages => "gpq_parse_pages",
+            Kernel::DecodeFixed => "gpq_decode_fixed",
+            Kernel::DictIndex => "gpq_dict_index",
+            Kernel::StringSizes => "gpq_string_sizes",
+            Kernel::StringChars => "gpq_string_chars",
+            Kernel::BytesDecimal => "gpq_bytes_decimal",
+            Kernel::BatchedCopy => "gpq_batched_copy",
+        }
+    }
+}
+
 /// The kernel sources, in the order they are concatenated into one translation unit.
-pub const SOURCES: &[(&str, &str)] = &[
+pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("checksum.cu", include_str!("kernels/checksum.cu")),
     ("page_headers.cu", include_str!("kernels/page_headers.cu")),
@@ -35,7 +87,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 const NVRTC_OPTIONS: &[&str] = &["-std=c++17", "-lineinfo", "-DGPQ_NVRTC=1"];
 
 /// The whole translation unit, with `#line` markers so compiler messages name the right file.
-pub fn translation_unit() -> String {
+pub(crate) fn translation_unit() -> String {
     let mut s = String::new();
     for (name, text) in SOURCES {
         s.push_str(&format!("#line 1 \"{name}\"\n"));
@@ -67,8 +119,19 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 
 /// Compiles the kernels to a cubin for `arch` (e.g. `sm_90`). Needs NVRTC but no GPU.
 pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
+    compile_source(&translation_unit(), arch)
+}
+
+/// Compiles `source` (one translation unit) to a cubin for `arch`; a failure
+/// carries NVRTC's log.
+#[cfg(feature = "test-util")]
+pub fn compile_source_for_test(source: &str, arch: &str) -> Result<Vec<u8>> {
+    compile_source(source, arch)
+}
+
+fn compile_source(source: &str, arch: &str) -> Result<Vec<u8>> {
     nvrtc_version()?;
-    let src = CString::new(translation_unit()).expect("kernel source has no NUL");
+    let src = CString::new(source).map_err(|_| Error::Kernel { stage: "nvrtc", log: "kernel source holds a NUL byte".into() })?;
     let name = CString::new("gpq_kernels.cu").unwrap();
     let mut opts: Vec<CString> = NVRTC_OPTIONS.iter().map(|o| CString::new(*o).unwrap()).collect();
     opts.push(CString::new(format!("--gpu-architecture={arch}")).unwrap());
@@ -111,18 +174,8 @@ pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
     }
 }
 
-fn cache_dir() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("GPQ_KERNEL_CACHE") {
-        return Some(PathBuf::from(p));
-    }
-    if let Ok(p) = std::env::var("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(p).join("gpq/kernels"));
-    }
-    std::env::var("HOME").ok().map(|h| PathBuf::from(h).join(".cache/gpq/kernels"))
-}
-
 /// Cache key: source, architecture, NVRTC version and options.
-pub fn cache_key(arch: &str, nvrtc: (i32, i32)) -> String {
+pub(crate) fn cache_key(arch: &str, nvrtc: (i32, i32)) -> String {
     let mut h = Sha256::new();
     h.update(translation_unit().as_bytes());
     h.update(arch.as_bytes());
@@ -136,10 +189,10 @@ pub fn cache_key(arch: &str, nvrtc: (i32, i32)) -> String {
 }
 
 /// The cubin for `arch`, from the disk cache or freshly compiled.
-pub fn cubin_for(arch: &str) -> Result<Vec<u8>> {
+pub(crate) fn cubin_for(arch: &str) -> Result<Vec<u8>> {
     let version = nvrtc_version()?;
     let key = cache_key(arch, version);
-    let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
+    let path = crate::env::kernel_cache_dir().map(|d| d.join(format!("{key}.cubin")));
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
             debug!(path = %p.display(), "kernel cache hit");
@@ -151,7 +204,9 @@ pub fn cubin_for(arch: &str) -> Result<Vec<u8>> {
     info!(arch, elapsed_ms = t.elapsed().as_secs_f64() * 1e3, "compiled kernels with NVRTC");
     if let Some(p) = &path {
         let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(p.parent().unwrap())?;
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
             let tmp = p.with_extension(format!("tmp{}", std::process::id()));
             std::fs::write(&tmp, &cubin)?;
             std::fs::rename(&tmp, p)
@@ -164,19 +219,41 @@ pub fn cubin_for(arch: &str) -> Result<Vec<u8>> {
 }
 
 /// The loaded kernel module of one context (or the emulator's kernel table).
-pub struct Kernels {
+pub(crate) struct Kernels {
     module: sys::CUmodule,
     emulated: bool,
-    functions: std::sync::Mutex<HashMap<&'static str, usize>>,
+    functions: Mutex<HashMap<Kernel, usize>>,
 }
 
+// The module handle belongs to a process-lifetime primary context and may be
+// used from any thread with that context current.
 unsafe impl Send for Kernels {}
 unsafe impl Sync for Kernels {}
 
+type Registry = Mutex<HashMap<(usize, bool), Arc<Kernels>>>;
+
 impl Kernels {
+    /// The kernels of `ctx`'s device, built (or loaded from the disk cache)
+    /// and loaded on first use, then shared. A failure is not cached: the
+    /// next call tries again.
+    pub(crate) fn for_context(ctx: &GpuContext) -> Result<Arc<Kernels>> {
+        static REGISTRY: OnceLock<Registry> = OnceLock::new();
+        ctx.bind()?;
+        let mut registry = REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = registry.get(&ctx.key()) {
+            return Ok(Arc::clone(k));
+        }
+        let t = std::time::Instant::now();
+        let k = if ctx.is_emulated() { Kernels::emulated() } else { Kernels::load(ctx.compute_capability)? };
+        debug!(elapsed_ms = t.elapsed().as_secs_f64() * 1e3, device = ctx.ordinal(), "kernels loaded");
+        let k = Arc::new(k);
+        registry.insert(ctx.key(), Arc::clone(&k));
+        Ok(k)
+    }
+
     /// Builds (or loads from cache) and loads the kernels for a device of this compute capability.
     /// The context must be current.
-    pub fn load(cc: (i32, i32)) -> Result<Kernels> {
+    fn load(cc: (i32, i32)) -> Result<Kernels> {
         let arch = format!("sm_{}{}", cc.0, cc.1);
         let cubin = cubin_for(&arch)?;
         let mut module = std::ptr::null_mut();
@@ -187,33 +264,34 @@ impl Kernels {
     }
 
     /// The emulator's kernels (compiled into the binary with the `emulator` feature).
-    pub fn emulated() -> Kernels {
+    fn emulated() -> Kernels {
         Kernels { module: std::ptr::null_mut(), emulated: true, functions: Default::default() }
     }
 
-    fn function(&self, name: &'static str) -> Result<sys::CUfunction> {
+    fn function(&self, kernel: Kernel) -> Result<sys::CUfunction> {
         let mut map = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&f) = map.get(name) {
+        if let Some(&f) = map.get(&kernel) {
             return Ok(f as sys::CUfunction);
         }
-        let cname = CString::new(name).unwrap();
+        let name = kernel.symbol();
+        let cname = CString::new(name).map_err(|_| Error::Internal(format!("kernel name {name:?} holds a NUL")))?;
         let mut f = std::ptr::null_mut();
         // SAFETY: module is loaded; valid out pointer.
         check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, self.module, cname.as_ptr()) })
             .map_err(|e| Error::Kernel { stage: "load", log: format!("kernel {name}: {e}") })?;
-        map.insert(name, f as usize);
+        map.insert(kernel, f as usize);
         Ok(f)
     }
 
-    /// Launches kernel `name` on `stream`.
+    /// Launches `kernel` on `stream`.
     ///
     /// # Safety
     /// The arguments must match the kernel's parameters in number, order and
     /// type, and every device pointer among them must stay valid until the
     /// kernel has finished.
-    pub unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
-        name: &'static str,
+        kernel: Kernel,
         grid: u32,
         block: u32,
         shared_bytes: u32,
@@ -224,17 +302,13 @@ impl Kernels {
             return Ok(());
         }
         if self.emulated {
-            return emulated_launch(name, grid, block, args);
+            return emulated_launch(kernel.symbol(), grid, block, args);
         }
-        let f = self.function(name)?;
+        let f = self.function(kernel)?;
         let mut ptrs = args.pointers();
         // SAFETY: delegated to the caller (see above).
         check("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, stream.raw(), ptrs.as_mut_ptr(), std::ptr::null_mut())
-        })
-        .map_err(|e| match e {
-            Error::Cuda { call, message } => Error::Cuda { call, message: format!("{message} (kernel {name})") },
-            other => other,
         })
     }
 }
@@ -246,7 +320,7 @@ unsafe extern "C" {
 
 #[cfg(feature = "emulator")]
 fn emulated_launch(name: &'static str, grid: u32, block: u32, args: &mut KernelArgs) -> Result<()> {
-    let cname = CString::new(name).unwrap();
+    let cname = CString::new(name).map_err(|_| Error::Internal(format!("kernel name {name:?} holds a NUL")))?;
     let mut ptrs = args.pointers();
     let mut err = [0i8; 512];
     // SAFETY: the emulator reads each argument with the kernel's own types;
@@ -279,7 +353,7 @@ impl Drop for Kernels {
 
 /// Kernel arguments, each kept at a stable address until the launch.
 #[derive(Default)]
-pub struct KernelArgs {
+pub(crate) struct KernelArgs {
     values: Vec<Box<[u8; 16]>>,
 }
 

@@ -5,23 +5,24 @@
 //! copy that last used the buffer has finished, `pread`s the task into the
 //! buffer and queues an asynchronous host-to-device copy on its stream. With
 //! two buffers per worker, the read of task k+1 overlaps the PCIe copy of task
-//! k. Slots are pooled in the [`GpuContext`], because allocating pinned memory
-//! costs far more than a read of a few megabytes.
+//! k. Slots are pooled per device (outside the context, as the pinned host
+//! pool of [`crate::arrow`] is), because allocating pinned memory costs far
+//! more than a read of a few megabytes.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::cuda::{DeviceBuffer, GpuContext, GpuEvent, GpuStream, PinnedBuffer};
 use crate::error::{Error, Result};
-use crate::gpu::context::GpuEvent;
-use crate::gpu::{DeviceBuffer, GpuContext, GpuStream, PinnedBuffer};
 use crate::options::IO_ALIGNMENT;
 use crate::plan::IoLayout;
 
 /// One worker's staging resources.
-pub struct StagingSlot {
+struct StagingSlot {
     buffers: [PinnedBuffer; 2],
     events: [GpuEvent; 2],
     stream: Arc<GpuStream>,
@@ -41,10 +42,19 @@ impl StagingSlot {
     }
 }
 
-/// Takes `n` slots of at least `size` bytes from the context's pool, creating what is missing.
+type Pools = Mutex<HashMap<(usize, bool), Vec<StagingSlot>>>;
+
+/// Idle slots of every device, by context key.
+fn pools() -> &'static Pools {
+    static POOLS: OnceLock<Pools> = OnceLock::new();
+    POOLS.get_or_init(Default::default)
+}
+
+/// Takes `n` slots of at least `size` bytes from the device's pool, creating what is missing.
 fn take_slots(ctx: &Arc<GpuContext>, n: usize, size: usize) -> Result<Vec<StagingSlot>> {
     let mut pooled = {
-        let mut pool = ctx.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
+        let pool = pools.entry(ctx.key()).or_default();
         pool.retain(|s| s.size() >= size);
         let keep = pool.len().saturating_sub(n);
         pool.split_off(keep)
@@ -56,8 +66,8 @@ fn take_slots(ctx: &Arc<GpuContext>, n: usize, size: usize) -> Result<Vec<Stagin
 }
 
 fn return_slots(ctx: &GpuContext, slots: Vec<StagingSlot>) {
-    let mut pool = ctx.staging.lock().unwrap_or_else(|p| p.into_inner());
-    pool.extend(slots);
+    let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
+    pools.entry(ctx.key()).or_default().extend(slots);
 }
 
 fn open(path: &Path, direct: bool) -> Result<File> {
@@ -66,11 +76,11 @@ fn open(path: &Path, direct: bool) -> Result<File> {
     if direct {
         o.custom_flags(libc::O_DIRECT);
     }
-    o.open(path).map_err(|source| Error::Io { file: path.to_path_buf(), offset: 0, len: 0, source })
+    o.open(path).map_err(|source| Error::Open { file: path.to_path_buf(), source })
 }
 
-/// Reads all tasks of `layout` into `dst` with `threads` workers.
-pub fn read(
+/// Reads all tasks of `layout` into `dst` with `threads` workers; returns the bytes read.
+pub(crate) fn read(
     ctx: &Arc<GpuContext>,
     path: &Path,
     layout: &IoLayout,
@@ -78,9 +88,9 @@ pub fn read(
     threads: usize,
     task_size: u64,
     direct: bool,
-) -> Result<()> {
+) -> Result<u64> {
     if layout.tasks.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let max_task = layout.tasks.iter().map(|t| t.len).max().unwrap_or(0).max(task_size);
     let slot_size = max_task.div_ceil(IO_ALIGNMENT) * IO_ALIGNMENT;
@@ -88,14 +98,15 @@ pub fn read(
     let mut slots = take_slots(ctx, threads, slot_size as usize)?;
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
+    let bytes_read = AtomicU64::new(0);
 
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let handles: Vec<_> = slots
             .iter_mut()
             .map(|slot| {
-                let (file, next, failed) = (&file, &next, &failed);
+                let (file, next, failed, bytes_read) = (&file, &next, &failed, &bytes_read);
                 scope.spawn(move || {
-                    let r = worker(ctx, path, file, layout, dst, slot, next, failed, direct);
+                    let r = worker(ctx, path, file, layout, dst, slot, next, failed, bytes_read, direct);
                     if r.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -105,10 +116,11 @@ pub fn read(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidOptions("IO worker panicked".into())))).collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| Err(Error::worker_panicked("bounce IO", p)))).collect()
     });
     return_slots(ctx, slots);
-    results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(bytes_read.into_inner())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -121,6 +133,7 @@ fn worker(
     slot: &mut StagingSlot,
     next: &AtomicUsize,
     failed: &AtomicBool,
+    bytes_read: &AtomicU64,
     direct: bool,
 ) -> Result<()> {
     ctx.bind()?;
@@ -138,7 +151,8 @@ fn worker(
         // O_DIRECT wants whole blocks; the tail of the file comes back short.
         let want = if direct { len.div_ceil(IO_ALIGNMENT as usize) * IO_ALIGNMENT as usize } else { len };
         let buf = &mut slot.buffers[b].as_mut_slice()[..want];
-        crate::io::pread_full(file, path, buf, task.file_offset, len)?;
+        let got = super::pread_full(file, path, buf, task.file_offset, len)?;
+        bytes_read.fetch_add(got.min(len) as u64, Ordering::Relaxed);
         debug_assert!(task.device_offset + task.len <= dst.len());
         // SAFETY: the source stays untouched until events[b] completes; the
         // destination range lies inside `dst`, which outlives the scope.

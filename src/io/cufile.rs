@@ -6,25 +6,26 @@
 //! cudarc's `cufile::sys` types). Error codes are read as plain integers so an
 //! unexpected code cannot be misread.
 //!
-//! Compatibility mode needs `allow_compat_mode` in cuFile's JSON
-//! configuration. When `CUFILE_ENV_PATH_JSON` is unset and the system file
-//! (`/etc/cufile.json`) does not allow it, gpq writes its own configuration
-//! (compat mode allowed, logging to the temp directory) and points cuFile at
-//! it before opening the driver.
+//! Compatibility mode needs cuFile's `allow_compat_mode` property. Unless the
+//! application chose a configuration file (`CUFILE_ENV_PATH_JSON`), gpq sets
+//! that property through `cuFileSetParameterBool` (CUDA 12.9 and later)
+//! before it opens the driver; it never writes configuration files or sets
+//! environment variables. With an older cuFile the property comes from the
+//! configuration file, and the error says so.
 
 use std::ffi::c_void;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::cufile::sys::CUfileDrvProps;
 use tracing::{info, warn};
 
+use crate::cuda::{DeviceBuffer, GpuContext};
 use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, GpuContext};
 use crate::plan::IoLayout;
 
 /// Which cuFile mode a read asks for.
@@ -68,6 +69,10 @@ type FnHandleDeregister = unsafe extern "C" fn(*mut c_void);
 type FnBufRegister = unsafe extern "C" fn(*const c_void, usize, i32) -> RawError;
 type FnBufDeregister = unsafe extern "C" fn(*const c_void) -> RawError;
 type FnRead = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, i64, i64) -> isize;
+type FnSetParameterBool = unsafe extern "C" fn(u32, bool) -> RawError;
+
+/// `CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE` of `CUFileBoolConfigParameter_t`.
+const PARAM_ALLOW_COMPAT_MODE: u32 = 1;
 
 struct Lib {
     _lib: libloading::Library,
@@ -79,6 +84,7 @@ struct Lib {
     buf_register: FnBufRegister,
     buf_deregister: FnBufDeregister,
     read: FnRead,
+    set_parameter_bool: Option<FnSetParameterBool>,
 }
 
 /// Names of cuFile error codes (from cufile.h), for messages.
@@ -132,7 +138,10 @@ fn describe(e: RawError) -> String {
 
 fn load_lib() -> std::result::Result<Lib, String> {
     let mut candidates: Vec<String> = Vec::new();
-    if let Ok(p) = std::env::var("GPQ_CUFILE_LIB") {
+    if let Some(p) = crate::env::cufile_lib() {
+        if !Path::new(&p).is_absolute() {
+            return Err(format!("GPQ_CUFILE_LIB={p:?} is not an absolute path"));
+        }
         candidates.push(p);
     }
     for name in ["libcufile.so.0", "libcufile.so", "libcufile.so.1"] {
@@ -163,6 +172,9 @@ fn load_lib() -> std::result::Result<Lib, String> {
                         buf_register: std::mem::transmute::<*const c_void, FnBufRegister>(sym(b"cuFileBufRegister")?),
                         buf_deregister: std::mem::transmute::<*const c_void, FnBufDeregister>(sym(b"cuFileBufDeregister")?),
                         read: std::mem::transmute::<*const c_void, FnRead>(sym(b"cuFileRead")?),
+                        set_parameter_bool: sym(b"cuFileSetParameterBool")
+                            .ok()
+                            .map(|p| std::mem::transmute::<*const c_void, FnSetParameterBool>(p)),
                         _lib: lib,
                     };
                     return Ok(l);
@@ -179,8 +191,8 @@ pub struct Driver {
     lib: Lib,
     /// Driver properties as cuFile reports them.
     pub properties: CUfileDrvProps,
-    /// The configuration file cuFile was pointed at, if gpq chose it.
-    pub config: Option<PathBuf>,
+    /// How compatibility mode was allowed, for messages.
+    pub compat: String,
 }
 
 static DRIVER: OnceLock<std::result::Result<Arc<Driver>, String>> = OnceLock::new();
@@ -190,43 +202,31 @@ pub fn nvidia_fs_loaded() -> bool {
     Path::new("/proc/driver/nvidia-fs/stats").exists() || Path::new("/dev/nvidia-fs0").exists()
 }
 
-fn system_config_allows_compat() -> Option<bool> {
-    let text = std::fs::read_to_string("/etc/cufile.json").ok()?;
-    // cufile.json allows // comments; a plain search is enough for this one key.
-    let line = text.lines().find(|l| {
-        let t = l.trim_start();
-        !t.starts_with("//") && t.contains("\"allow_compat_mode\"")
-    })?;
-    Some(line.contains("true"))
-}
-
-/// Writes gpq's cuFile configuration unless the user chose one.
-fn ensure_config() -> Option<PathBuf> {
-    if std::env::var_os("CUFILE_ENV_PATH_JSON").is_some() || system_config_allows_compat() == Some(true) {
-        return None;
+/// Allows compatibility mode before the driver opens, unless the application
+/// chose a configuration file; says what was done.
+fn allow_compat_mode(lib: &Lib) -> String {
+    if crate::env::cufile_config_chosen() {
+        return "from the configuration file in CUFILE_ENV_PATH_JSON".into();
     }
-    let dir = std::env::temp_dir().join(format!("gpq-cufile-{}", std::process::id()));
-    let file = dir.join("cufile.json");
-    let text = format!(
-        "{{\n  \"logging\": {{ \"dir\": \"{}\", \"level\": \"ERROR\" }},\n  \"properties\": {{ \"allow_compat_mode\": true, \"use_compat_mode\": {} }}\n}}\n",
-        dir.display(),
-        !nvidia_fs_loaded()
-    );
-    if std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&file, text)).is_err() {
-        return None;
+    let Some(set) = lib.set_parameter_bool else {
+        return "from cuFile's configuration file (this cuFile has no cuFileSetParameterBool; allow_compat_mode must be set there)".into();
+    };
+    // SAFETY: called before cuFileDriverOpen, as the API requires.
+    let r = unsafe { set(PARAM_ALLOW_COMPAT_MODE, true) };
+    if r.err == 0 {
+        "allowed by gpq through cuFileSetParameterBool".into()
+    } else {
+        warn!("cuFileSetParameterBool(allow_compat_mode) failed: {}", describe(r));
+        format!("cuFileSetParameterBool(allow_compat_mode) failed: {}", describe(r))
     }
-    // SAFETY: set once, before cuFile is loaded; gpq reads no other variable
-    // concurrently here, and the variable is only read by cuFile's initialiser.
-    unsafe { std::env::set_var("CUFILE_ENV_PATH_JSON", &file) };
-    Some(file)
 }
 
 /// Opens the cuFile driver once per process.
 pub fn driver() -> std::result::Result<Arc<Driver>, String> {
     DRIVER
         .get_or_init(|| {
-            let config = ensure_config();
             let lib = load_lib()?;
+            let compat = allow_compat_mode(&lib);
             // SAFETY: no preconditions.
             let r = unsafe { (lib.driver_open)() };
             if r.err != 0 {
@@ -240,8 +240,8 @@ pub fn driver() -> std::result::Result<Arc<Driver>, String> {
             if r.err != 0 {
                 warn!("cuFileDriverGetProperties failed: {}", describe(r));
             }
-            info!(lib = %lib.path, config = ?config, nvfs = format!("{}.{}", properties.nvfs.major_version, properties.nvfs.minor_version), "cuFile driver open");
-            Ok(Arc::new(Driver { lib, properties, config }))
+            info!(lib = %lib.path, %compat, nvfs = format!("{}.{}", properties.nvfs.major_version, properties.nvfs.minor_version), "cuFile driver open");
+            Ok(Arc::new(Driver { lib, properties, compat }))
         })
         .clone()
 }
@@ -267,14 +267,15 @@ impl Drop for Handle<'_> {
 }
 
 /// Reads every task of `layout` into `dst` through cuFile.
-pub fn read(
+/// Returns the bytes read.
+pub(crate) fn read(
     ctx: &Arc<GpuContext>,
     path: &Path,
     layout: &IoLayout,
     dst: &DeviceBuffer,
     threads: usize,
     mode: Mode,
-) -> Result<()> {
+) -> Result<u64> {
     let unavailable = |reason: String| Error::CufileUnavailable { mode: mode.name(), reason };
     check_available(mode).map_err(unavailable)?;
     if ctx.is_emulated() {
@@ -288,16 +289,13 @@ pub fn read(
     if mode == Mode::Gds {
         opts.custom_flags(libc::O_DIRECT);
     }
-    let file = opts.open(path).map_err(|source| Error::Io { file: path.to_path_buf(), offset: 0, len: 0, source })?;
+    let file = opts.open(path).map_err(|source| Error::Open { file: path.to_path_buf(), source })?;
     let mut descr = Descr { kind: CU_FILE_HANDLE_TYPE_OPAQUE_FD, fd: file.as_raw_fd() as u32 as u64, fs_ops: std::ptr::null() };
     let mut raw = std::ptr::null_mut();
     // SAFETY: valid descriptor and out pointer; the fd outlives the handle.
     let r = unsafe { (driver.lib.handle_register)(&mut raw, &mut descr) };
     if r.err != 0 {
-        let log_hint = match &driver.config {
-            Some(c) => format!(" (config {}; see cufile.log beside it)", c.display()),
-            None => String::new(),
-        };
+        let log_hint = format!(" (compatibility mode: {}; cuFile's own log is cufile.log)", driver.compat);
         let udev_hint = missing_udev_record(&file).unwrap_or_default();
         return Err(unavailable(format!(
             "cuFileHandleRegister failed for {}: {}{udev_hint}{log_hint}",
@@ -320,11 +318,12 @@ pub fn read(
 
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
+    let bytes_read = AtomicU64::new(0);
     let handle_raw = handle.raw as usize;
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads.max(1))
             .map(|_| {
-                let (next, failed, driver) = (&next, &failed, &driver);
+                let (next, failed, driver, bytes_read) = (&next, &failed, &driver, &bytes_read);
                 scope.spawn(move || -> Result<()> {
                     ctx.bind()?;
                     loop {
@@ -356,19 +355,21 @@ pub fn read(
                                 return Err(Error::Io { file: path.to_path_buf(), offset: task.file_offset + done, len: task.len - done, source });
                             }
                             done += n as u64;
+                            bytes_read.fetch_add(n as u64, Ordering::Relaxed);
                         }
                     }
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(Error::InvalidOptions("cuFile worker panicked".into())))).collect()
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|p| Err(Error::worker_panicked("cuFile IO", p)))).collect()
     });
     if registered {
         // SAFETY: registered above.
         unsafe { (driver.lib.buf_deregister)(dst.ptr() as *const c_void) };
     }
     drop(handle);
-    results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(bytes_read.into_inner())
 }
 
 /// cuFile identifies a file's filesystem through the udev database

@@ -1,6 +1,6 @@
-//! Moving planned byte ranges from a file into one device buffer.
+//! Moving a plan's byte ranges from a file into one device buffer.
 //!
-//! Three paths sit behind [`read_to_device`]:
+//! Three paths sit behind [`read_chunks`]:
 //! - [`IoPath::Gds`]: cuFile with nvidia-fs, DMA from storage into GPU memory;
 //! - [`IoPath::CufileCompat`]: cuFile's compatibility mode, POSIX reads
 //!   through cuFile's own bounce buffers;
@@ -12,12 +12,12 @@
 //! live, otherwise the bounce path (faster than cuFile's compatibility mode on
 //! the machines we measured, see BENCHMARKS.md). The choice and any fallback are
 //! logged and reported in [`IoStats`]. Forcing a path that is not available is
-//! an error, never a silent fallback.
+//! an error, never a silent fallback. The result is [`DeviceChunks`]: the plan
+//! and the device buffer that holds every chunk where the plan says.
 
-pub mod bounce;
+mod bounce;
 pub mod cufile;
 pub mod probe;
-pub mod verify;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,44 +25,66 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
+use crate::cuda::{DeviceBuffer, GpuStream};
 use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, GpuStream};
 use crate::options::{IoOptions, IoPath};
-use crate::plan::IoLayout;
+use crate::plan::ReadPlan;
+use crate::stats::IoStats;
 
 pub use probe::{IoProbe, probe};
 
-/// What one read through the IO layer did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IoStats {
-    /// The path that ran (never [`IoPath::Auto`]).
-    pub path: IoPath,
-    /// Bytes the plan asked for (column-chunk bytes).
-    pub bytes_requested: u64,
-    /// Bytes read from the file, alignment and merge over-read included.
-    pub bytes_read: u64,
-    /// Wall time from the first read issued to the last byte on the device.
-    pub wall: Duration,
-    /// Worker threads used.
-    pub threads: usize,
-    /// Tasks executed.
-    pub tasks: usize,
-    /// Whether the file was opened with O_DIRECT.
-    pub direct: bool,
-    /// Why the path was chosen, including any fallback from a preferred path.
-    pub reason: String,
+/// Column-chunk bytes of a plan, resident in device memory.
+///
+/// Chunk `c` of [`DeviceChunks::plan`] occupies `c.len` bytes at
+/// `buffer().ptr() + c.device_offset`. Made only by the IO layer, so the
+/// buffer always holds every chunk the plan names.
+pub struct DeviceChunks {
+    plan: ReadPlan,
+    buffer: DeviceBuffer,
+    io: IoStats,
+    plan_time: Duration,
+    stream: Arc<GpuStream>,
 }
 
-impl IoStats {
-    /// Bytes read per second of wall time.
-    pub fn throughput(&self) -> f64 {
-        self.bytes_read as f64 / self.wall.as_secs_f64().max(1e-9)
+impl DeviceChunks {
+    /// The plan the bytes follow.
+    pub fn plan(&self) -> &ReadPlan {
+        &self.plan
+    }
+
+    /// The device buffer holding every IO range.
+    pub fn buffer(&self) -> &DeviceBuffer {
+        &self.buffer
+    }
+
+    /// What the IO layer did.
+    pub fn io(&self) -> &IoStats {
+        &self.io
+    }
+
+    /// Time spent planning (footer, projection, ranges).
+    pub fn plan_time(&self) -> Duration {
+        self.plan_time
+    }
+
+    /// The stream later stages order their work on.
+    pub fn stream(&self) -> &Arc<GpuStream> {
+        &self.stream
+    }
+
+    /// The bytes of chunk `index` of the plan, copied to the host.
+    pub fn chunk_to_host(&self, index: usize) -> Result<Vec<u8>> {
+        let c = self.plan.chunks.get(index).ok_or_else(|| {
+            Error::InvalidOptions(format!("the plan has {} chunks, chunk {index} was asked for", self.plan.chunks.len()))
+        })?;
+        self.buffer.copy_range_to_host(c.device_offset, c.len)
     }
 }
 
-/// Resolves [`IoPath::Auto`] (and `GPQ_IO`) to a concrete path, with the reason.
-pub fn choose_path(options: &IoOptions) -> Result<(IoPath, String)> {
-    match options.resolved_path()? {
+/// Resolves [`IoPath::Auto`] to a concrete path (probing once per process),
+/// with the reason for the choice.
+pub fn resolve_path(options: &IoOptions) -> Result<(IoPath, String)> {
+    match options.path {
         IoPath::Auto => {
             let p = probe();
             match p.gds() {
@@ -70,47 +92,45 @@ pub fn choose_path(options: &IoOptions) -> Result<(IoPath, String)> {
                 Err(why) => Ok((IoPath::Bounce, format!("auto: GDS unavailable ({why}); using the bounce path"))),
             }
         }
-        forced => {
-            let how = if options.path == IoPath::Auto { "GPQ_IO" } else { "ReadOptions" };
-            Ok((forced, format!("forced by {how}")))
-        }
+        forced => Ok((forced, "forced by the read options".into())),
     }
 }
 
-/// Reads every range of `layout` from `path` into a new device buffer.
-///
-/// The buffer has `layout.device_bytes` bytes; range `r` lands at
-/// `r.device_offset`. All work is complete when this returns.
-pub fn read_to_device(
-    path: &Path,
-    layout: &IoLayout,
-    stream: &Arc<GpuStream>,
-    options: &IoOptions,
-) -> Result<(DeviceBuffer, IoStats)> {
-    let (io_path, reason) = choose_path(options)?;
+/// Reads every range of `plan` into a new device buffer, ordered on `stream`.
+/// All work is complete when this returns.
+pub fn read_chunks(plan: ReadPlan, plan_time: Duration, stream: &Arc<GpuStream>, options: &IoOptions) -> Result<DeviceChunks> {
+    let layout = &plan.io;
+    let path = plan.path.as_path();
+    let (io_path, reason) = resolve_path(options)?;
     let threads = options.resolved_threads()?.min(layout.tasks.len().max(1));
     let ctx = stream.context().clone();
     let t0 = Instant::now();
-    let (buffer, direct) = match io_path {
+    let (buffer, direct, bytes_read) = match io_path {
         IoPath::Bounce => {
-            let direct = options.resolved_direct();
             let buf = DeviceBuffer::alloc(stream, layout.device_bytes, "column chunks")?;
             stream.synchronize()?;
-            bounce::read(&ctx, path, layout, &buf, threads, options.resolved_task_size()?, direct)?;
-            (buf, direct)
+            let n = bounce::read(&ctx, path, layout, &buf, threads, options.resolved_task_size()?, options.direct)?;
+            (buf, options.direct, n)
         }
         IoPath::Gds | IoPath::CufileCompat => {
             let mode = if io_path == IoPath::Gds { cufile::Mode::Gds } else { cufile::Mode::Compat };
             let buf = DeviceBuffer::alloc_plain(&ctx, layout.device_bytes, "column chunks")?;
-            cufile::read(&ctx, path, layout, &buf, threads, mode)?;
-            (buf, mode == cufile::Mode::Gds)
+            let n = cufile::read(&ctx, path, layout, &buf, threads, mode)?;
+            (buf, mode == cufile::Mode::Gds, n)
         }
-        IoPath::Auto => unreachable!("choose_path resolves auto"),
+        IoPath::Auto => return Err(Error::Internal("resolve_path returned auto".into())),
     };
-    let stats = IoStats {
+    if bytes_read != layout.bytes_read {
+        return Err(Error::Internal(format!(
+            "IO read {bytes_read} bytes of {}, the plan has {}",
+            path.display(),
+            layout.bytes_read
+        )));
+    }
+    let io = IoStats {
         path: io_path,
         bytes_requested: layout.bytes_requested,
-        bytes_read: layout.bytes_read,
+        bytes_read,
         wall: t0.elapsed(),
         threads,
         tasks: layout.tasks.len(),
@@ -118,18 +138,18 @@ pub fn read_to_device(
         reason,
     };
     info!(
-        path = %stats.path,
-        bytes = stats.bytes_read,
-        ms = stats.wall.as_secs_f64() * 1e3,
-        gbps = stats.throughput() / 1e9,
+        path = %io.path,
+        bytes = io.bytes_read,
+        ms = io.wall.as_secs_f64() * 1e3,
+        gbps = io.throughput() / 1e9,
         threads,
         "IO done"
     );
-    Ok((buffer, stats))
+    Ok(DeviceChunks { plan, buffer, io, plan_time, stream: stream.clone() })
 }
 
-/// Reads exactly `buf.len()` bytes at `offset`, retrying short reads; with
-/// `allow_eof`, a read that ends at end-of-file returns the count read.
+/// Reads `buf.len()` bytes at `offset`, retrying short reads; end of file
+/// after at least `min_len` bytes is not an error. Returns the bytes read.
 pub(crate) fn pread_full(
     file: &std::fs::File,
     path: &Path,

@@ -43,14 +43,9 @@ pub fn read_footer_with_page_index(path: &Path) -> Result<Footer> {
 }
 
 fn read_footer_impl(path: &Path, page_index: bool) -> Result<Footer> {
-    let io_err = |offset: u64, len: u64, source: std::io::Error| Error::Io {
-        file: path.to_path_buf(),
-        offset,
-        len,
-        source,
-    };
-    let mut file = File::open(path).map_err(|e| io_err(0, 0, e))?;
-    let file_size = file.metadata().map_err(|e| io_err(0, 0, e))?.len();
+    let open_err = |source| Error::Open { file: path.to_path_buf(), source };
+    let mut file = File::open(path).map_err(open_err)?;
+    let file_size = file.metadata().map_err(open_err)?.len();
     check_magic(path, &mut file, file_size)?;
 
     let parse = |policy| ParquetMetaDataReader::new().with_page_index_policy(policy).parse_and_finish(&file);

@@ -55,26 +55,21 @@ pub struct ChunkPlan {
 }
 
 /// The whole plan for reading one file.
+///
+/// A plan is made by [`ReadPlan::new`] or [`ReadPlan::from_footer`] and read
+/// through its accessors; the IO layer writes exactly where it says, so it
+/// cannot be edited.
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
-    /// The file.
-    pub path: PathBuf,
-    /// Its size when the footer was read.
-    pub file_size: u64,
-    /// Parsed footer and page index.
-    pub metadata: Arc<ParquetMetaData>,
-    /// Arrow schema of the result.
-    pub schema: SchemaRef,
-    /// Result columns, in output order.
-    pub columns: Vec<PlannedColumn>,
-    /// Selected row groups, in output order.
-    pub row_groups: Vec<usize>,
-    /// Rows in the result.
-    pub num_rows: u64,
-    /// Chunks, row-group-major (for each row group, every leaf of every column).
-    pub chunks: Vec<ChunkPlan>,
-    /// Aligned IO ranges and tasks.
-    pub io: IoLayout,
+    pub(crate) path: PathBuf,
+    pub(crate) file_size: u64,
+    pub(crate) metadata: Arc<ParquetMetaData>,
+    pub(crate) schema: SchemaRef,
+    pub(crate) columns: Vec<PlannedColumn>,
+    pub(crate) row_groups: Vec<usize>,
+    pub(crate) num_rows: u64,
+    pub(crate) chunks: Vec<ChunkPlan>,
+    pub(crate) io: IoLayout,
 }
 
 impl ReadPlan {
@@ -178,6 +173,51 @@ impl ReadPlan {
         })
     }
 
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's size when the footer was read.
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    /// The parsed footer (and page index, where loaded).
+    pub fn metadata(&self) -> &Arc<ParquetMetaData> {
+        &self.metadata
+    }
+
+    /// Arrow schema of the result.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Result columns, in output order.
+    pub fn columns(&self) -> &[PlannedColumn] {
+        &self.columns
+    }
+
+    /// Selected row groups, in output order.
+    pub fn row_groups(&self) -> &[usize] {
+        &self.row_groups
+    }
+
+    /// Rows in the result.
+    pub fn num_rows(&self) -> u64 {
+        self.num_rows
+    }
+
+    /// Chunks, row-group-major (for each row group, every leaf of every column).
+    pub fn chunks(&self) -> &[ChunkPlan] {
+        &self.chunks
+    }
+
+    /// Aligned IO ranges and tasks.
+    pub fn io(&self) -> &IoLayout {
+        &self.io
+    }
+
     /// The chunks of one column (all row groups, leaf order within each).
     pub fn column_chunks(&self, column: usize) -> impl Iterator<Item = &ChunkPlan> {
         self.chunks.iter().filter(move |c| c.column == column)
@@ -187,26 +227,4 @@ impl ReadPlan {
     pub fn leaf_of(&self, chunk: &ChunkPlan) -> &LeafColumn {
         &self.columns[chunk.column].leaves[chunk.leaf]
     }
-}
-
-/// The Parquet files at `path`: the file itself, or the `*.parquet` files of a
-/// directory (not recursive; names starting with `.` or `_` are skipped), sorted.
-pub fn parquet_files(path: &Path) -> Result<Vec<PathBuf>> {
-    let io_err = |source| Error::Io { file: path.to_path_buf(), offset: 0, len: 0, source };
-    let meta = std::fs::metadata(path).map_err(io_err)?;
-    if !meta.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(path).map_err(io_err)? {
-        let entry = entry.map_err(io_err)?;
-        let p = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_parquet = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
-        if is_parquet && !name.starts_with('.') && !name.starts_with('_') && p.is_file() {
-            files.push(p);
-        }
-    }
-    files.sort();
-    Ok(files)
 }

@@ -76,3 +76,103 @@ pub fn parquet_testing_dir() -> Option<PathBuf> {
     }
     found
 }
+
+/// Where the GPU tests of this process run.
+pub enum Device {
+    /// A CUDA device.
+    Gpu(std::sync::Arc<gpq::cuda::GpuContext>),
+    /// gpq's CPU emulator of the kernels (builds with the `emulator` feature).
+    Emulator(std::sync::Arc<gpq::cuda::GpuContext>),
+    /// Neither; the reason.
+    Missing(String),
+}
+
+/// Finds the device GPU tests run on: a CUDA device, else the emulator where
+/// it is compiled in, else none.
+pub fn probe_device() -> Device {
+    match gpq::cuda::GpuContext::get(0) {
+        Ok(ctx) => Device::Gpu(ctx),
+        Err(e) if gpq::cuda::emulator_compiled() => {
+            gpq::cuda::use_emulator().expect("the emulator is compiled in");
+            match gpq::cuda::GpuContext::get(0) {
+                Ok(ctx) => {
+                    eprintln!("NOTE: no GPU ({e}); GPU tests run on the CPU emulator");
+                    Device::Emulator(ctx)
+                }
+                Err(e) => Device::Missing(e.to_string()),
+            }
+        }
+        Err(e) => Device::Missing(e.to_string()),
+    }
+}
+
+/// Whether `GPQ_REQUIRE_GPU=1` asks that GPU tests run on a real GPU.
+pub fn gpu_required() -> bool {
+    std::env::var("GPQ_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// A test that needs a device. Without one it is reported as ignored (with
+/// `GPQ_REQUIRE_GPU=1` as failed, as it is when only the emulator is there).
+pub fn gpu_trial(
+    device: &Device,
+    name: &str,
+    test: fn(&std::sync::Arc<gpq::cuda::GpuContext>),
+) -> libtest_mimic::Trial {
+    let ctx = match device {
+        Device::Gpu(ctx) => Ok(ctx.clone()),
+        Device::Emulator(_) if gpu_required() => Err("GPQ_REQUIRE_GPU=1 but only the CPU emulator is available".to_string()),
+        Device::Emulator(ctx) => Ok(ctx.clone()),
+        Device::Missing(why) if gpu_required() => Err(format!("GPQ_REQUIRE_GPU=1 but there is no GPU: {why}")),
+        Device::Missing(why) => Err(why.clone()),
+    };
+    let ignored = matches!(device, Device::Missing(_)) && !gpu_required();
+    libtest_mimic::Trial::test(name, move || {
+        let ctx = ctx?;
+        test(&ctx);
+        Ok(())
+    })
+    .with_ignored_flag(ignored)
+}
+
+/// Runs `trials` as the test binary's main function, parsing libtest's arguments.
+pub fn run_trials(trials: Vec<libtest_mimic::Trial>) -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// Reads `path` with arrow-rs into one batch.
+pub fn arrow_rs(path: &Path) -> parquet::errors::Result<RecordBatch> {
+    use arrow::array::RecordBatchReader;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?.build()?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
+}
+
+/// Asserts two batches hold the same columns (types and values), naming the first difference.
+pub fn assert_batches_equal(what: &str, expected: &RecordBatch, got: &RecordBatch) {
+    assert_eq!(got.num_rows(), expected.num_rows(), "{what}: row count");
+    assert_eq!(got.num_columns(), expected.num_columns(), "{what}: column count");
+    for (i, field) in expected.schema().fields().iter().enumerate() {
+        let (e, g) = (expected.column(i), got.column(i));
+        assert_eq!(g.data_type(), e.data_type(), "{what}: column {} type", field.name());
+        if e != g {
+            let first = (0..e.len()).find(|&r| e.slice(r, 1) != g.slice(r, 1)).unwrap_or(0);
+            panic!(
+                "{what}: column {} differs first at row {first}: expected {:?}, got {:?} (nulls {} vs {})",
+                field.name(),
+                e.slice(first, 1),
+                g.slice(first, 1),
+                e.null_count(),
+                g.null_count()
+            );
+        }
+    }
+}
+
+/// TPC-H `table` at `sf`, generated into `dir`.
+pub fn tpch_table(dir: &Path, table: gpq_bench::tpch::Table, sf: f64) -> PathBuf {
+    let options = gpq_bench::tpch::GenOptions { scale_factor: sf, ..Default::default() };
+    gpq_bench::tpch::generate_table(table, dir, &options, &|_| {}).unwrap()
+}

@@ -97,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
         if (st.streams.dictionary) {
           u32 e = hybrid_get(st.idx, vi[k]);
           if (e < pg.dict_count) { len = entries[2 * e + 1]; src = e; }
-          else atomicCAS(&st.error, 0u, (u32)GPQ_ERR_DICT_INDEX);
+          else atomicCAS(&st.error, 0u, (u32)GPQ_ERR_DICTIONARY_INDEX);
         } else {
           u32 j = vi[k] - value_base;
           len = ss.len[j];

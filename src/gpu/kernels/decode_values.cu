@@ -103,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
         if (st.streams.dictionary) {
           u32 e = hybrid_get(st.idx, vi[k]);
           if (e < pg.dict_count) src = (const u8*)pg.dict + (u64)e * in;
-          else atomicCAS(&st.error, 0u, (u32)GPQ_ERR_DICT_INDEX);
+          else atomicCAS(&st.error, 0u, (u32)GPQ_ERR_DICTIONARY_INDEX);
         } else if ((u64)(vi[k] + 1) * in <= st.streams.values_len) {
           src = st.streams.values + (u64)vi[k] * in;
         } else {

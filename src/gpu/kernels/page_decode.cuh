@@ -76,7 +76,7 @@ GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStrea
   hybrid_init(def, p, 0, 0);
   if (pg.level_mode == 2) {
     if ((u64)pg.rep_len + pg.def_len > left) return GPQ_ERR_TRUNCATED_PAGE;
-    if (pg.rep_len != 0) return GPQ_ERR_LEVEL;       // flat columns have no repetition levels
+    if (pg.rep_len != 0) return GPQ_ERR_LEVEL_OUT_OF_RANGE;       // flat columns have no repetition levels
     p += pg.rep_len;
     left -= pg.rep_len;
     if (col.max_def > 0) hybrid_init(def, p, pg.def_len, 1);
@@ -143,7 +143,7 @@ GPQ_DEVICE u32 decode_levels_batch(PageState& st, const ColumnDesc& col, u32 lo,
     bool v = in;
     if (in && col.max_def > 0 && st.error == 0) {
       u32 d = hybrid_get(st.def, r);
-      if (d > col.max_def) atomicCAS(&st.error, 0u, (u32)GPQ_ERR_LEVEL);
+      if (d > col.max_def) atomicCAS(&st.error, 0u, (u32)GPQ_ERR_LEVEL_OUT_OF_RANGE);
       v = d == col.max_def;
     }
     u32 total;

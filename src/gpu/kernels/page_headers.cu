@@ -220,7 +220,7 @@ GPQ_DEVICE void walk_chunk(const u8* base, ChunkDesc* c, u32 chunk_index, PageIn
     const u8* body = p + pi.header_len;
     if ((u64)(end - body) < (u64)pi.compressed_size) { c->status = GPQ_ERR_PAGE_OUT_OF_CHUNK; c->error_page = n; return; }
     if (pages) {
-      if (n >= cap) { c->status = GPQ_ERR_TOO_MANY_PAGES; c->error_page = n; return; }
+      if (n >= cap) { c->status = GPQ_ERR_PAGE_COUNT_CHANGED; c->error_page = n; return; }
       pi.chunk = chunk_index;
       pi.header_offset = (u64)(p - base);
       pi.data_offset = (u64)(body - base);
@@ -230,7 +230,7 @@ GPQ_DEVICE void walk_chunk(const u8* base, ChunkDesc* c, u32 chunk_index, PageIn
     p = body + pi.compressed_size;
   }
   if (!pages) c->page_count = n;
-  else if (n != cap) { c->status = GPQ_ERR_TOO_MANY_PAGES; c->error_page = n; }
+  else if (n != cap) { c->status = GPQ_ERR_PAGE_COUNT_CHANGED; c->error_page = n; }
 }
 
 extern "C" __global__ void gpq_count_pages(const u8* base, ChunkDesc* chunks, u32 num_chunks) {

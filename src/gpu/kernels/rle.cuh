@@ -54,7 +54,7 @@ GPQ_DEVICE void hybrid_fill(HybridStream& s, u32 lo, u32 hi) {
     u32 p = s.pos;
     bool done = false;
     for (int i = 0; i < 5; i++) {
-      if (p >= s.len) { s.error = GPQ_ERR_VALUE_COUNT; return; }
+      if (p >= s.len) { s.error = GPQ_ERR_TOO_FEW_VALUES; return; }
       u8 b = s.data[p++];
       header |= (u32)(b & 0x7f) << (7 * i);
       if (!(b & 0x80)) { done = true; break; }

@@ -1,0 +1,185 @@
+//! `gpq read`: read files onto the GPU and report what happened.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use gpq::ReadOptions;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::{human_bytes, median};
+
+/// Arguments of `gpq read`.
+#[derive(Args)]
+pub struct ReadArgs {
+    /// A Parquet file, or a directory whose .parquet files are read one after another.
+    pub path: PathBuf,
+    /// Columns to read (comma-separated names or dotted paths); all by default.
+    #[arg(long, value_delimiter = ',')]
+    pub columns: Option<Vec<String>>,
+    /// Row groups to read (comma-separated indices); all by default.
+    #[arg(long, value_delimiter = ',')]
+    pub row_groups: Option<Vec<usize>>,
+    /// IO path: auto, gds, cufile-compat or bounce (default: GPQ_IO, else auto).
+    #[arg(long)]
+    pub io: Option<String>,
+    /// IO worker threads (default: GPQ_IO_THREADS, else cores up to 16).
+    #[arg(long)]
+    pub io_threads: Option<usize>,
+    /// Repeat each read this many times and report the median.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Only move the column-chunk bytes (no decode).
+    #[arg(long)]
+    pub io_only: bool,
+    /// With --io-only: check on the device that every chunk's bytes match the file.
+    /// Otherwise: compare the decoded columns with arrow-rs reading the same file.
+    #[arg(long)]
+    pub verify: bool,
+    /// Decompressor: auto (nvCOMP where possible), nvcomp, or cpu (default: GPQ_DECOMPRESS, else auto).
+    #[arg(long)]
+    pub decompress: Option<String>,
+}
+
+pub fn options_from(args: &ReadArgs) -> gpq::Result<ReadOptions> {
+    let mut o = crate::read_options(args.io.as_deref(), args.io_threads, args.decompress.as_deref())?;
+    if let Some(c) = &args.columns {
+        o = o.with_columns(c.iter().map(|s| s.as_str()));
+    }
+    if let Some(r) = &args.row_groups {
+        o = o.with_row_groups(r.iter().copied());
+    }
+    Ok(o)
+}
+
+/// A progress bar over the files of a long read (none for a single file).
+fn progress(files: usize) -> ProgressBar {
+    if files < 2 {
+        return ProgressBar::hidden();
+    }
+    let style = ProgressStyle::with_template("{prefix:>6} [{bar:30}] {pos}/{len} files ({eta})")
+        .expect("valid template")
+        .progress_chars("=> ");
+    ProgressBar::new(files as u64).with_style(style).with_prefix("read")
+}
+
+pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
+    if !args.io_only {
+        return run_decode(&args);
+    }
+    let options = options_from(&args)?;
+    let files = gpq::parquet_files(&args.path)?;
+    let bar = progress(files.len());
+    for file in files {
+        let mut secs = Vec::new();
+        let mut last = None;
+        for _ in 0..args.repeat.max(1) {
+            let chunks = gpq::read_column_chunks(&file, &options)?;
+            secs.push(chunks.io().wall.as_secs_f64());
+            last = Some(chunks);
+        }
+        let Some(chunks) = last else { continue };
+        let io = chunks.io();
+        let t = median(&mut secs);
+        bar.inc(1);
+        bar.suspend(|| println!("{}", file.display()));
+        println!("  IO path:     {} ({})", io.path, io.reason);
+        println!("  threads:     {} ({} tasks{})", io.threads, io.tasks, if io.direct { ", O_DIRECT" } else { "" });
+        println!("  bytes:       requested {}, read {}", human_bytes(io.bytes_requested), human_bytes(io.bytes_read));
+        println!("  plan:        {:.3} ms", chunks.plan_time().as_secs_f64() * 1e3);
+        println!("  IO:          {:.3} ms (median of {}), {:.2} GB/s", t * 1e3, secs.len(), io.bytes_read as f64 / t / 1e9);
+        if args.verify {
+            let dev = gpq::gpu::verify::device_chunk_checksums(&chunks)?;
+            let host = gpq::gpu::verify::file_chunk_checksums(&chunks)?;
+            let bad = dev.iter().zip(&host).filter(|(a, b)| a != b).count();
+            println!("  verify:      {} of {} chunks match the file", dev.len() - bad, dev.len());
+            if bad > 0 {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
+    let options = options_from(args)?;
+    let mut failed = false;
+    let files = gpq::parquet_files(&args.path)?;
+    let bar = progress(files.len());
+    for file in files {
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat.max(1) {
+            runs.push(gpq::read_parquet_to_device(&file, &options)?);
+        }
+        bar.inc(1);
+        let mut totals: Vec<f64> = runs.iter().map(|t| t.stats().total.as_secs_f64()).collect();
+        let med = median(&mut totals);
+        let Some(table) = runs.iter().min_by(|a, b| {
+            (a.stats().total.as_secs_f64() - med).abs().total_cmp(&(b.stats().total.as_secs_f64() - med).abs())
+        }) else {
+            continue;
+        };
+        let s = table.stats();
+        let Some(io) = s.io.as_ref() else { continue };
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        bar.suspend(|| println!("{}", file.display()));
+        println!("  rows x cols:   {} x {}", table.num_rows(), table.columns().len());
+        println!("  IO path:       {} ({})", io.path, io.reason);
+        println!("  decompression: {}{}", s.decompression.path(), match &s.decompression.fallback {
+            Some(f) => format!(" (CPU fallback: {f})"),
+            None => String::new(),
+        });
+        println!("  pages:         {} ({} on GPU, {} on CPU decompressed)", s.pages, s.decompression.gpu_pages, s.decompression.cpu_pages);
+        println!(
+            "  stages (ms):   plan {:.2} | io {:.2} | page headers {:.2} | decompress {:.2} | decode {:.2} | total {:.2}",
+            ms(s.plan), ms(io.wall), ms(s.page_headers), ms(s.decompress), ms(s.decode), ms(s.total)
+        );
+        println!(
+            "  throughput:    {:.2} GB/s of file bytes, {:.2} GB/s decoded ({} in, {} out; median of {})",
+            io.bytes_read as f64 / med / 1e9,
+            s.decoded_bytes as f64 / med / 1e9,
+            human_bytes(io.bytes_read),
+            human_bytes(s.decoded_bytes),
+            runs.len()
+        );
+        if args.verify {
+            let got = table.to_record_batch()?;
+            let expected = arrow_rs_read(&file, &options)?;
+            let same = got.num_rows() == expected.num_rows()
+                && got.columns().iter().zip(expected.columns()).all(|(a, b)| a == b);
+            println!("  verify:        {}", if same { "equal to arrow-rs" } else { "DIFFERS from arrow-rs" });
+            failed |= !same;
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// What arrow-rs reads for the same selection, as one batch.
+pub fn arrow_rs_read(file: &Path, options: &ReadOptions) -> gpq::Result<arrow::array::RecordBatch> {
+    use arrow::array::RecordBatchReader;
+    use parquet::arrow::ProjectionMask;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let plan = gpq::ReadPlan::new(file, options)?;
+    let perr = |source| gpq::Error::Metadata { file: file.to_path_buf(), source };
+    let f = std::fs::File::open(file).map_err(|source| gpq::Error::Open { file: file.to_path_buf(), source })?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(perr)?;
+    let leaves: Vec<usize> = plan.columns().iter().flat_map(|c| c.leaves.iter().map(|l| l.leaf_index)).collect();
+    let mask = ProjectionMask::leaves(builder.parquet_schema(), leaves);
+    let reader = builder.with_projection(mask).with_row_groups(plan.row_groups().to_vec()).build().map_err(perr)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    // arrow-rs returns file order; put columns in gpq's order.
+    let cols = plan
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            batch
+                .column_by_name(f.name())
+                .cloned()
+                .ok_or_else(|| gpq::Error::Internal(format!("arrow-rs did not return column {}", f.name())))
+        })
+        .collect::<gpq::Result<Vec<_>>>()?;
+    Ok(arrow::array::RecordBatch::try_new(plan.schema().clone(), cols)?)
+}

@@ -1,0 +1,321 @@
+//! `gpq sql`, `gpq tpch` and `gpq bench tpch`: SQL over Parquet through
+//! DataFusion, with gpq tables (GPU or CPU backend) or DataFusion's built-in
+//! Parquet tables for comparison.
+//!
+//! Every command prints the scan metrics of the gpq scans it ran (bytes
+//! read, pruning, IO/decompress/decode/copy time). Query errors are printed
+//! and make the command exit with a failure code.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::util::pretty::pretty_format_batches;
+use clap::Args;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gpq_bench::tpch::queries::{self, TableSource};
+use gpq_datafusion::{Backend, GpqScanExec, GpqTableOptions, register_gpq};
+
+use crate::median;
+
+/// Options shared by the SQL commands.
+#[derive(Args, Clone)]
+pub struct EngineArgs {
+    /// Decoder of gpq tables: auto (GPU if present), gpu or cpu.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Partitions per scan (DataFusion's target_partitions; default: cores).
+    #[arg(long)]
+    pub partitions: Option<usize>,
+    /// Rows per batch (DataFusion's batch_size).
+    #[arg(long, default_value_t = 8192)]
+    pub batch_size: usize,
+    /// IO path of the GPU backend: auto, gds, cufile-compat or bounce (default: GPQ_IO, else auto).
+    #[arg(long)]
+    pub io: Option<String>,
+    /// Decompressor of the GPU backend: auto, nvcomp or cpu (default: GPQ_DECOMPRESS, else auto).
+    #[arg(long)]
+    pub decompress: Option<String>,
+    /// Do not prune pages with the page index.
+    #[arg(long)]
+    pub no_page_index: bool,
+}
+
+/// Arguments of `gpq sql`.
+#[derive(Args)]
+pub struct SqlArgs {
+    /// A directory: each `NAME.parquet` file and each subdirectory of .parquet
+    /// files becomes table NAME (a single file becomes the table named by its stem).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// The SQL statement(s), separated by ';'; the rows of each query are printed.
+    pub sql: String,
+    /// Print the physical plan of each query before running it.
+    #[arg(long)]
+    pub explain: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Arguments of `gpq tpch`.
+#[derive(Args)]
+pub struct TpchArgs {
+    /// Directory with the eight TPC-H tables (`gpq gen` output).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Queries to run (1 to 22, comma-separated).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub query: Vec<usize>,
+    /// Print the physical plan of each query before running it.
+    #[arg(long)]
+    pub explain: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Arguments of `gpq bench tpch`.
+#[derive(Args)]
+pub struct TpchBenchArgs {
+    /// Directory with the eight TPC-H tables (`gpq gen` output).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Queries to time (comma-separated; default all 22).
+    #[arg(long, value_delimiter = ',')]
+    pub queries: Option<Vec<usize>>,
+    /// Timed runs per query and engine, after one warm-up; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+impl EngineArgs {
+    fn table_options(&self) -> gpq::Result<GpqTableOptions> {
+        let read = crate::read_options(self.io.as_deref(), None, self.decompress.as_deref())?;
+        Ok(GpqTableOptions::new()
+            .with_backend(self.backend.parse::<Backend>()?)
+            .with_read_options(read)
+            .with_page_index(!self.no_page_index))
+    }
+
+    fn context(&self) -> SessionContext {
+        let mut config = SessionConfig::new().with_batch_size(self.batch_size.max(1));
+        if let Some(p) = self.partitions {
+            config = config.with_target_partitions(p.max(1));
+        }
+        SessionContext::new_with_config(config)
+    }
+}
+
+fn runtime() -> gpq::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| gpq::Error::Internal(format!("cannot start a tokio runtime: {e}")))
+}
+
+/// Prints a query failure and turns it into the exit code.
+fn report(result: DfResult<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gpq sql`: registers the tables of `--data` and runs the statement(s).
+pub fn run_sql(args: SqlArgs) -> gpq::Result<ExitCode> {
+    let options = args.engine.table_options()?;
+    let rt = runtime()?;
+    Ok(report(rt.block_on(async {
+        let ctx = args.engine.context();
+        let names = register_dir(&ctx, &args.data, &options)?;
+        eprintln!("tables: {}", names.join(", "));
+        for statement in args.sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            run_and_print(&ctx, statement, args.explain).await?;
+        }
+        Ok(())
+    })))
+}
+
+/// `gpq tpch`: runs TPC-H queries over gpq tables and prints their rows and scan metrics.
+pub fn run_tpch(args: TpchArgs) -> gpq::Result<ExitCode> {
+    let options = args.engine.table_options()?;
+    for &n in &args.query {
+        queries::query(n)?;
+    }
+    let rt = runtime()?;
+    Ok(report(rt.block_on(async {
+        let ctx = args.engine.context();
+        queries::register_tables(&ctx, &args.data, &TableSource::Gpq(options)).await?;
+        for &n in &args.query {
+            println!("-- TPC-H query {n}");
+            let statements = queries::statements(n).map_err(gpq_datafusion::to_df_error)?;
+            let mut failure = None;
+            for s in statements {
+                if failure.is_some() && !s.to_ascii_lowercase().starts_with("drop") {
+                    continue;
+                }
+                let r = if queries::is_query_statement(s) {
+                    run_and_print(&ctx, s, args.explain).await
+                } else {
+                    ctx.sql(s).await?.collect().await.map(|_| ())
+                };
+                if let Err(e) = r {
+                    failure.get_or_insert(e);
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        Ok(())
+    })))
+}
+
+/// `gpq bench tpch`: times queries over built-in Parquet tables and over gpq
+/// tables and prints a Markdown table (median seconds after one warm-up).
+/// Exits with a failure code when any query's result differs.
+pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
+    let options = args.engine.table_options()?;
+    let list: Vec<usize> = args.queries.clone().unwrap_or_else(|| (1..=queries::QUERY_COUNT).collect());
+    for &n in &list {
+        queries::query(n)?;
+    }
+    let rt = runtime()?;
+    let mut wrong: Vec<usize> = Vec::new();
+    let code = report(rt.block_on(async {
+        let builtin = args.engine.context();
+        queries::register_tables(&builtin, &args.data, &TableSource::Parquet).await?;
+        let ours = args.engine.context();
+        queries::register_tables(&ours, &args.data, &TableSource::Gpq(options.clone())).await?;
+        let partitions = ours.state().config().target_partitions();
+        println!(
+            "TPC-H over {}: backend {}, {partitions} partitions, batch size {}, median of {} after one warm-up",
+            args.data.display(),
+            options.backend,
+            args.engine.batch_size,
+            args.repeat.max(1)
+        );
+        println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | same result |");
+        println!("| ---: | ---: | ---: | ---: | ---: | --- |");
+        let (mut total_b, mut total_g) = (0.0, 0.0);
+        for n in list {
+            let (b, expected) = time_query(&builtin, n, args.repeat).await?;
+            let (g, actual) = time_query(&ours, n, args.repeat).await?;
+            let same = same_rows(&expected, &actual)?;
+            if !same {
+                wrong.push(n);
+            }
+            let rows: usize = actual.iter().map(|b| b.num_rows()).sum();
+            total_b += b;
+            total_g += g;
+            println!("| q{n} | {rows} | {b:.3} | {g:.3} | {:.2}x | {} |", b / g.max(1e-9), if same { "yes" } else { "NO" });
+        }
+        println!("| total | | {total_b:.3} | {total_g:.3} | {:.2}x | |", total_b / total_g.max(1e-9));
+        Ok(())
+    }));
+    if code == ExitCode::SUCCESS && !wrong.is_empty() {
+        eprintln!("error: queries {wrong:?} gave results that differ from DataFusion's built-in Parquet reader");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(code)
+}
+
+/// Whether two results hold the same rows: the same text, or the same lines
+/// in another order (rows tied under ORDER BY).
+fn same_rows(expected: &[RecordBatch], actual: &[RecordBatch]) -> DfResult<bool> {
+    let e = pretty_format_batches(expected)?.to_string();
+    let a = pretty_format_batches(actual)?.to_string();
+    if e == a {
+        return Ok(true);
+    }
+    let mut el: Vec<&str> = e.lines().collect();
+    let mut al: Vec<&str> = a.lines().collect();
+    el.sort_unstable();
+    al.sort_unstable();
+    Ok(el == al)
+}
+
+/// Median seconds of `repeat` runs of query `n` after a warm-up, and its rows.
+async fn time_query(ctx: &SessionContext, n: usize, repeat: usize) -> DfResult<(f64, Vec<RecordBatch>)> {
+    let rows = queries::run_query(ctx, n).await?;
+    let mut secs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let t0 = Instant::now();
+        queries::run_query(ctx, n).await?;
+        secs.push(t0.elapsed().as_secs_f64());
+    }
+    Ok((median(&mut secs), rows))
+}
+
+/// Registers every table of `data` (see [`SqlArgs::data`]) and returns their names.
+fn register_dir(ctx: &SessionContext, data: &Path, options: &GpqTableOptions) -> DfResult<Vec<String>> {
+    let stem = |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if !data.is_dir() {
+        let name = stem(data);
+        register_gpq(ctx, &name, data, options.clone())?;
+        return Ok(vec![name]);
+    }
+    let mut names = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(data)
+        .map_err(|e| DataFusionError::Execution(format!("cannot list {}: {e}", data.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        let name = stem(&p);
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        let is_parquet = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+        let has_parquet = p.is_dir()
+            && std::fs::read_dir(&p).is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x.eq_ignore_ascii_case("parquet"))))
+            });
+        if (p.is_file() && is_parquet) || has_parquet {
+            register_gpq(ctx, &name, &p, options.clone())?;
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        return Err(DataFusionError::Plan(format!("no Parquet tables in {}", data.display())));
+    }
+    Ok(names)
+}
+
+/// Runs one statement, prints its rows, its time and the metrics of its gpq scans.
+async fn run_and_print(ctx: &SessionContext, sql: &str, explain: bool) -> DfResult<()> {
+    let t0 = Instant::now();
+    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+    if explain {
+        println!("{}", displayable(plan.as_ref()).indent(true));
+    }
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!("{}", pretty_format_batches(&batches)?);
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    println!("{rows} rows in {secs:.3} s");
+    print_scan_metrics(&plan);
+    Ok(())
+}
+
+/// Prints each gpq scan of `plan` with its metrics summed over partitions.
+pub fn print_scan_metrics(plan: &Arc<dyn ExecutionPlan>) {
+    let mut stack = vec![Arc::clone(plan)];
+    while let Some(p) = stack.pop() {
+        if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
+            println!("  {}", displayable(p.as_ref()).one_line().to_string().trim_end());
+            if let Some(m) = p.metrics() {
+                println!("    metrics: {}", m.aggregate_by_name().sorted_for_display().timestamps_removed());
+            }
+        }
+        stack.extend(p.children().into_iter().cloned());
+    }
+}

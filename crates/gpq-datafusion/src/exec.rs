@@ -1,0 +1,322 @@
+//! [`GpqScanExec`]: the physical scan of a [`GpqTable`](super::GpqTable).
+//!
+//! It holds the row groups left after pruning, cut into partitions, and runs
+//! each partition as a stream (see the `stream` module). `EXPLAIN` shows the
+//! backend (and, for the GPU, the IO path and decompressor), the projection,
+//! the filter and what pruning removed; `EXPLAIN ANALYZE` adds the metrics:
+//! `bytes_read`, `io_time`, `plan_time`, `decompress_time`, `decode_time`,
+//! `copy_time`, `device_reads`, `gpu_fallback_row_groups`, `pageable_copies`, the pruning
+//! counters (`row_groups_total`, `row_groups_pruned_statistics`,
+//! `row_groups_pruned_page_index`, `row_groups_pruned_limit`,
+//! `page_index_rows_pruned`) and the baseline output counters.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arrow::datatypes::SchemaRef;
+use datafusion::common::Statistics;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+
+use crate::cpu::CpuDecoder;
+use crate::file::GpqFile;
+use crate::gpu::GpuDecoder;
+use crate::options::GpqTableOptions;
+use crate::scan::{Decoder, PartitionMetrics, PartitionScan};
+use crate::stats::statistics;
+use crate::stream::execute;
+use crate::units::{PruningSummary, ScanUnit};
+
+/// The decoder a scan runs with, once resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScanBackend {
+    /// arrow-rs on the CPU.
+    Cpu,
+    /// gpq on the GPU.
+    Gpu,
+}
+
+/// What a [`GpqScanExec`] is built from (assembled by the table provider).
+pub(crate) struct ScanParts {
+    pub files: Arc<Vec<GpqFile>>,
+    pub table_schema: SchemaRef,
+    pub columns: Vec<usize>,
+    pub schema: SchemaRef,
+    pub partitions: Vec<Vec<ScanUnit>>,
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
+    pub fetch: Option<usize>,
+    pub options: GpqTableOptions,
+    pub backend: ScanBackend,
+    pub backend_note: String,
+    pub pruning: PruningSummary,
+}
+
+/// Scans the row groups of a gpq table left after pruning, on the CPU or the GPU.
+pub struct GpqScanExec {
+    parts: Arc<ScanParts>,
+    schema: SchemaRef,
+    fetch: Option<usize>,
+    metrics: ExecutionPlanMetricsSet,
+    io_paths: Arc<Mutex<Vec<String>>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for GpqScanExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpqScanExec")
+            .field("backend", &self.parts.backend)
+            .field("files", &self.parts.files.len())
+            .field("partitions", &self.parts.partitions.len())
+            .field("columns", &self.parts.columns)
+            .field("fetch", &self.fetch)
+            .field("pruning", &self.parts.pruning)
+            .finish()
+    }
+}
+
+impl GpqScanExec {
+    pub(crate) fn new(parts: ScanParts) -> Self {
+        let fetch = parts.fetch;
+        Self::with_parts(Arc::new(parts), fetch)
+    }
+
+    fn with_parts(parts: Arc<ScanParts>, fetch: Option<usize>) -> Self {
+        let schema = Arc::clone(&parts.schema);
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(parts.partitions.len().max(1)),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        let metrics = ExecutionPlanMetricsSet::new();
+        let p = &parts.pruning;
+        for (name, value) in [
+            ("row_groups_total", p.row_groups),
+            ("row_groups_pruned_statistics", p.pruned_by_statistics),
+            ("row_groups_pruned_page_index", p.pruned_by_page_index),
+            ("row_groups_pruned_limit", p.pruned_by_limit),
+            ("page_index_rows_pruned", p.rows_pruned_by_page_index),
+        ] {
+            MetricBuilder::new(&metrics).global_counter(name).add(value);
+        }
+        GpqScanExec {
+            parts,
+            schema,
+            fetch,
+            metrics,
+            io_paths: Arc::new(Mutex::new(Vec::new())),
+            properties: Arc::new(properties),
+        }
+    }
+
+    /// The backend in use: `cpu` or `gpu`, with details (IO path, fallback reason).
+    pub fn backend(&self) -> &str {
+        &self.parts.backend_note
+    }
+
+    /// Whether the GPU decodes this scan.
+    pub fn uses_gpu(&self) -> bool {
+        self.parts.backend == ScanBackend::Gpu
+    }
+
+    /// What pruning removed when the scan was planned.
+    pub fn pruning(&self) -> &PruningSummary {
+        &self.parts.pruning
+    }
+
+    /// The row groups each partition reads, as (file, row group) pairs.
+    pub fn partition_row_groups(&self) -> Vec<Vec<(std::path::PathBuf, usize)>> {
+        self.parts
+            .partitions
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|u| (self.parts.files[u.file].path.clone(), u.row_group))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>, verbose: bool) -> fmt::Result {
+        let p = &self.parts;
+        let s = &p.pruning;
+        write!(f, "backend={}", p.backend_note)?;
+        let used = self
+            .io_paths
+            .lock()
+            .map(|v| v.join("+"))
+            .unwrap_or_default();
+        if !used.is_empty() {
+            write!(f, ", io_used={used}")?;
+        }
+        write!(
+            f,
+            ", files={}, partitions={}",
+            p.files.len(),
+            p.partitions.len()
+        )?;
+        let names: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        write!(f, ", projection=[{}]", names.join(", "))?;
+        if let Some(pred) = &p.predicate {
+            write!(f, ", predicate={pred}")?;
+        }
+        write!(
+            f,
+            ", row_groups={}/{} (pruned: statistics={}, page_index={}, limit={}), page_index_rows_pruned={}",
+            s.scanned,
+            s.row_groups,
+            s.pruned_by_statistics,
+            s.pruned_by_page_index,
+            s.pruned_by_limit,
+            s.rows_pruned_by_page_index
+        )?;
+        if let Some(fetch) = self.fetch {
+            write!(f, ", fetch={fetch}")?;
+        }
+        if verbose {
+            let files: Vec<String> = p
+                .files
+                .iter()
+                .map(|f| f.path.display().to_string())
+                .collect();
+            write!(f, ", file_paths=[{}]", files.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl DisplayAs for GpqScanExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match t {
+            DisplayFormatType::Default => {
+                write!(f, "GpqScanExec: ")?;
+                self.describe(f, false)
+            }
+            DisplayFormatType::Verbose => {
+                write!(f, "GpqScanExec: ")?;
+                self.describe(f, true)
+            }
+            DisplayFormatType::TreeRender => {
+                let s = &self.parts.pruning;
+                writeln!(f, "backend={}", self.parts.backend_note)?;
+                writeln!(f, "files={}", self.parts.files.len())?;
+                write!(f, "row_groups={}/{}", s.scanned, s.row_groups)
+            }
+        }
+    }
+}
+
+impl ExecutionPlan for GpqScanExec {
+    fn name(&self) -> &str {
+        "GpqScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "GpqScanExec has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let p = &self.parts;
+        let empty = Vec::new();
+        let units = match p.partitions.get(partition) {
+            Some(units) => units,
+            None if partition == 0 => &empty,
+            None => {
+                return Err(DataFusionError::Internal(format!(
+                    "GpqScanExec has {} partitions, partition {partition} was asked for",
+                    p.partitions.len()
+                )));
+            }
+        };
+        let scan = PartitionScan {
+            files: Arc::clone(&p.files),
+            units: units.clone(),
+            columns: p.columns.clone(),
+            schema: Arc::clone(&self.schema),
+            batch_size: context.session_config().batch_size(),
+            limit: self.fetch,
+            options: p.options.clone(),
+            decoder: match p.backend {
+                ScanBackend::Cpu => Arc::new(CpuDecoder) as Arc<dyn Decoder>,
+                ScanBackend::Gpu => Arc::new(GpuDecoder),
+            },
+            metrics: PartitionMetrics::new(&self.metrics, partition),
+            io_paths: Arc::clone(&self.io_paths),
+        };
+        execute(scan, BaselineMetrics::new(&self.metrics, partition))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let p = &self.parts;
+        let parts: Vec<&[ScanUnit]> = match args.partition() {
+            None => p.partitions.iter().map(Vec::as_slice).collect(),
+            Some(i) => vec![p.partitions.get(i).map(Vec::as_slice).unwrap_or(&[])],
+        };
+        Ok(Arc::new(statistics(
+            &p.files,
+            &p.table_schema,
+            &p.columns,
+            parts,
+            self.fetch,
+        )))
+    }
+
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        Some(Arc::new(Self::with_parts(Arc::clone(&self.parts), limit)))
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.fetch
+    }
+}

@@ -1,0 +1,126 @@
+//! How a [`GpqTable`](super::GpqTable) scans: which backend decodes, the
+//! device-read knobs, and whether the page index is used for pruning.
+
+use std::fmt;
+use std::str::FromStr;
+
+use gpq::{Error, ReadOptions, Result};
+
+/// Which decoder a scan uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The GPU when a CUDA device is present, otherwise the CPU; the choice is
+    /// logged (tracing, `info`) and shown in `EXPLAIN`.
+    #[default]
+    Auto,
+    /// Read and decode on the GPU through [`gpq::read_parquet_to_device`],
+    /// then copy to the host. Without a device (and without the emulator
+    /// routed in) planning a scan fails with gpq's "no CUDA device" error.
+    Gpu,
+    /// Decode with arrow-rs on the CPU.
+    Cpu,
+}
+
+impl Backend {
+    /// The name used in options, `EXPLAIN` and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Gpu => "gpu",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Backend::Auto),
+            "gpu" | "cuda" => Ok(Backend::Gpu),
+            "cpu" => Ok(Backend::Cpu),
+            other => Err(Error::InvalidOptions(format!(
+                "unknown backend {other:?}; expected auto, gpu or cpu"
+            ))),
+        }
+    }
+}
+
+/// Default compressed bytes of projected column chunks one device read covers.
+pub const DEFAULT_GPU_READ_BYTES: u64 = 64 << 20;
+
+/// Options of a [`GpqTable`](super::GpqTable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpqTableOptions {
+    /// Which decoder scans use.
+    pub backend: Backend,
+    /// IO path, IO threads, device ordinal and decompressor of device reads.
+    /// Its `columns` and `row_groups` are ignored: each scan sets its own.
+    pub read: ReadOptions,
+    /// Prune pages with the page index where a file has one (default on).
+    pub page_index: bool,
+    /// GPU backend: a partition reads consecutive row groups of a file in
+    /// one device read until their projected compressed bytes reach this
+    /// (at least one row group per read).
+    pub gpu_read_bytes: u64,
+    /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
+    /// encodings the kernels lack), logged and counted in the
+    /// `gpu_fallback_row_groups` metric; when false such a scan fails with
+    /// gpq's `Unsupported` error instead (default on).
+    pub gpu_fallback: bool,
+}
+
+impl Default for GpqTableOptions {
+    fn default() -> Self {
+        GpqTableOptions {
+            backend: Backend::Auto,
+            read: ReadOptions::default(),
+            page_index: true,
+            gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
+            gpu_fallback: true,
+        }
+    }
+}
+
+impl GpqTableOptions {
+    /// Defaults: automatic backend, page index on, 64 MiB device reads, CPU fallback on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Choose the backend.
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Set the device-read options (IO path, threads, device, decompressor).
+    pub fn with_read_options(mut self, read: ReadOptions) -> Self {
+        self.read = read;
+        self
+    }
+
+    /// Use (or ignore) the page index for pruning.
+    pub fn with_page_index(mut self, enabled: bool) -> Self {
+        self.page_index = enabled;
+        self
+    }
+
+    /// Set the target compressed bytes per device read.
+    pub fn with_gpu_read_bytes(mut self, bytes: u64) -> Self {
+        self.gpu_read_bytes = bytes.max(1);
+        self
+    }
+
+    /// Allow (or forbid) CPU decoding of what the GPU cannot decode.
+    pub fn with_gpu_fallback(mut self, enabled: bool) -> Self {
+        self.gpu_fallback = enabled;
+        self
+    }
+}

@@ -1,0 +1,196 @@
+//! What every partition of a scan shares, whichever decoder runs it: the
+//! partition's work ([`PartitionScan`]), its metrics, the [`Sink`] a decoder
+//! sends batches into, the [`Decoder`] interface the CPU and GPU backends
+//! implement, and the helpers that map a file's columns to the scan's output.
+
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, Time};
+use tokio::sync::mpsc;
+
+use crate::file::GpqFile;
+use crate::options::GpqTableOptions;
+use crate::units::ScanUnit;
+
+/// Reads a partition's row groups and sends their batches into a sink.
+pub(crate) trait Decoder: Send + Sync + std::fmt::Debug {
+    /// Reads every unit of `scan`, stopping early once `sink` is done.
+    fn produce(&self, scan: &PartitionScan, sink: &mut Sink) -> Result<()>;
+}
+
+/// Per-partition metrics of a scan.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionMetrics {
+    /// Bytes read from the files.
+    pub bytes_read: Count,
+    /// Time reading (GPU: IO wall time to device memory; CPU: file reads).
+    pub io_time: Time,
+    /// GPU: footer and read planning.
+    pub plan_time: Time,
+    /// GPU: decompression.
+    pub decompress_time: Time,
+    /// GPU: page headers and value decoding; CPU: decompression and decoding.
+    pub decode_time: Time,
+    /// GPU: copying decoded columns to the host.
+    pub copy_time: Time,
+    /// GPU: device reads issued.
+    pub device_reads: Count,
+    /// GPU: row groups decoded on the CPU because the GPU could not.
+    pub gpu_fallback_row_groups: Count,
+    /// GPU: device reads copied to pageable host memory because the pinned pool was full.
+    pub pageable_copies: Count,
+}
+
+impl PartitionMetrics {
+    /// Registers the metrics of `partition`.
+    pub fn new(set: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let time = |name: &'static str| MetricBuilder::new(set).subset_time(name, partition);
+        let count = |name: &'static str| MetricBuilder::new(set).counter(name, partition);
+        PartitionMetrics {
+            bytes_read: count("bytes_read"),
+            io_time: time("io_time"),
+            plan_time: time("plan_time"),
+            decompress_time: time("decompress_time"),
+            decode_time: time("decode_time"),
+            copy_time: time("copy_time"),
+            device_reads: count("device_reads"),
+            gpu_fallback_row_groups: count("gpu_fallback_row_groups"),
+            pageable_copies: count("pageable_copies"),
+        }
+    }
+}
+
+/// Everything one partition needs to run.
+pub(crate) struct PartitionScan {
+    /// The table's files.
+    pub files: Arc<Vec<GpqFile>>,
+    /// Row groups to read, in order.
+    pub units: Vec<ScanUnit>,
+    /// Table columns to output, in output order.
+    pub columns: Vec<usize>,
+    /// The output schema.
+    pub schema: SchemaRef,
+    /// Rows per output batch.
+    pub batch_size: usize,
+    /// Most rows to output.
+    pub limit: Option<usize>,
+    /// The table's options.
+    pub options: GpqTableOptions,
+    /// Which decoder runs.
+    pub decoder: Arc<dyn Decoder>,
+    /// Metrics of this partition.
+    pub metrics: PartitionMetrics,
+    /// IO paths the device reads took (for `EXPLAIN ANALYZE`).
+    pub io_paths: Arc<Mutex<Vec<String>>>,
+}
+
+/// What a producer sends to its partition's stream.
+pub(crate) enum Message {
+    /// Decoded batches.
+    Batches(Vec<RecordBatch>),
+    /// Every unit was read.
+    Done,
+}
+
+/// Where a producer puts its batches.
+pub(crate) struct Sink {
+    tx: mpsc::Sender<Result<Message>>,
+    rows: usize,
+    limit: Option<usize>,
+    closed: bool,
+}
+
+impl Sink {
+    /// A sink that sends into `tx` and wants at most `limit` rows.
+    pub fn new(tx: mpsc::Sender<Result<Message>>, limit: Option<usize>) -> Sink {
+        Sink {
+            tx,
+            rows: 0,
+            limit,
+            closed: false,
+        }
+    }
+
+    /// Sends `batches` (one message); returns false once nothing more is wanted.
+    pub fn send(&mut self, batches: Vec<RecordBatch>) -> bool {
+        if self.done() {
+            return false;
+        }
+        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if !batches.is_empty() {
+            self.rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
+            if self
+                .tx
+                .blocking_send(Ok(Message::Batches(batches)))
+                .is_err()
+            {
+                self.closed = true;
+            }
+        }
+        !self.done()
+    }
+
+    /// Rows still wanted, if there is a limit.
+    pub fn remaining(&self) -> Option<usize> {
+        self.limit.map(|l| l.saturating_sub(self.rows))
+    }
+
+    /// Whether the consumer is gone or the limit is reached.
+    pub fn done(&self) -> bool {
+        self.closed || self.remaining() == Some(0)
+    }
+}
+
+/// Splits units into runs of consecutive units of one file.
+pub(crate) fn file_runs(units: &[ScanUnit]) -> impl Iterator<Item = &[ScanUnit]> {
+    units.chunk_by(|a, b| a.file == b.file)
+}
+
+/// Rebuilds `batch` with the output `schema`: column `j` of the result is
+/// column `positions[j]` of `batch`, cast where the types differ.
+pub(crate) fn conform(
+    batch: &RecordBatch,
+    positions: &[usize],
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let columns = positions
+        .iter()
+        .zip(schema.fields())
+        .map(|(&p, field)| {
+            let column = batch.columns().get(p).ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "gpq scan: decoded batch has no column {p} for {}",
+                    field.name()
+                ))
+            })?;
+            if column.data_type() == field.data_type() {
+                Ok(Arc::clone(column))
+            } else {
+                Ok(arrow::compute::cast(column, field.data_type())?)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &options,
+    )?)
+}
+
+/// The file's top-level fields to read for `columns` (sorted, deduplicated),
+/// and where each output column sits among them.
+pub(crate) fn read_layout(file: &GpqFile, columns: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let wanted = file.file_roots(columns);
+    let mut roots = wanted.clone();
+    roots.sort_unstable();
+    roots.dedup();
+    let positions = wanted
+        .iter()
+        .map(|r| roots.binary_search(r).unwrap_or(0))
+        .collect();
+    (roots, positions)
+}

@@ -1,0 +1,279 @@
+//! [`GpqTable`]: a DataFusion [`TableProvider`] over Parquet files read by gpq.
+//!
+//! Creating a table loads every footer once. A scan resolves the backend,
+//! turns the pushed-down filters into one physical predicate, prunes row
+//! groups (statistics) and pages (page index), applies the limit when there
+//! is no filter, cuts what is left into partitions and returns a
+//! [`GpqScanExec`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::catalog::TableProvider;
+use datafusion::common::{DFSchema, Statistics};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::{PhysicalExpr, conjunction_opt};
+use datafusion::physical_plan::ExecutionPlan;
+use tracing::{debug, info};
+
+use crate::exec::{GpqScanExec, ScanBackend, ScanParts};
+use crate::file::{GpqFile, discover, open_files};
+use crate::options::{Backend, GpqTableOptions};
+use crate::stats::statistics;
+use crate::to_df_error;
+use crate::units::{ScanUnit, plan_units, split_partitions};
+use gpq::cuda::{GpuContext, device_available};
+use gpq::{ColumnSelector, ReadOptions, ReadPlan};
+
+/// A table of one or more Parquet files with a common schema, scanned by gpq.
+///
+/// ```no_run
+/// # async fn demo() -> datafusion::error::Result<()> {
+/// use datafusion::prelude::SessionContext;
+/// use gpq::datafusion::{Backend, GpqTableOptions, register_gpq};
+///
+/// let ctx = SessionContext::new();
+/// register_gpq(&ctx, "lineitem", "data/lineitem.parquet", GpqTableOptions::new().with_backend(Backend::Auto))?;
+/// ctx.sql("SELECT count(*) FROM lineitem WHERE l_quantity < 5").await?.show().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct GpqTable {
+    files: Arc<Vec<GpqFile>>,
+    schema: SchemaRef,
+    options: GpqTableOptions,
+    statistics: Statistics,
+}
+
+impl GpqTable {
+    /// A table over `path`: one Parquet file, or the `*.parquet` files of a
+    /// directory (not recursive; hidden and `_`-prefixed names skipped).
+    pub fn try_new(path: impl AsRef<Path>, options: GpqTableOptions) -> gpq::Result<GpqTable> {
+        Self::try_new_with_files(discover(path.as_ref())?, options)
+    }
+
+    /// A table over the given files, in that order.
+    pub fn try_new_with_files<P: AsRef<Path>>(
+        files: impl IntoIterator<Item = P>,
+        options: GpqTableOptions,
+    ) -> gpq::Result<GpqTable> {
+        let paths: Vec<PathBuf> = files
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        let (files, schema) = open_files(&paths)?;
+        if options.backend == Backend::Auto {
+            let gpu = device_available();
+            info!(
+                files = files.len(),
+                first = %paths[0].display(),
+                "gpq table: backend auto resolves to {}",
+                if gpu { "gpu (a CUDA device is present)" } else { "cpu (no CUDA device)" }
+            );
+        }
+        let columns: Vec<usize> = (0..schema.fields().len()).collect();
+        let all: Vec<ScanUnit> = files
+            .iter()
+            .enumerate()
+            .flat_map(|(fi, f)| {
+                (0..f.metadata().num_row_groups()).map(move |rg| {
+                    let rows = f.row_group_rows(rg);
+                    ScanUnit {
+                        file: fi,
+                        row_group: rg,
+                        rg_rows: rows,
+                        selection: None,
+                        rows,
+                        bytes: 0,
+                    }
+                })
+            })
+            .collect();
+        let statistics = statistics(&files, &schema, &columns, [all.as_slice()], None);
+        Ok(GpqTable {
+            files: Arc::new(files),
+            schema,
+            options,
+            statistics,
+        })
+    }
+
+    /// The files of the table.
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        self.files.iter().map(|f| f.path.as_path())
+    }
+
+    /// The table's options.
+    pub fn options(&self) -> &GpqTableOptions {
+        &self.options
+    }
+
+    /// Rows in all files, from the footers.
+    pub fn num_rows(&self) -> usize {
+        self.files
+            .iter()
+            .map(|f| usize::try_from(f.metadata().file_metadata().num_rows()).unwrap_or(0))
+            .sum()
+    }
+
+    /// The backend a scan of `columns` runs with, and how `EXPLAIN` names it.
+    fn resolve_backend(&self, columns: &[usize]) -> Result<(ScanBackend, String)> {
+        let device = self.options.read.device;
+        match self.options.backend {
+            Backend::Cpu => return Ok((ScanBackend::Cpu, "cpu".into())),
+            Backend::Auto if !device_available() => {
+                return Ok((ScanBackend::Cpu, "cpu (auto: no CUDA device)".into()));
+            }
+            Backend::Auto | Backend::Gpu => {}
+        }
+        if let Err(e) = GpuContext::get(device) {
+            return match self.options.backend {
+                Backend::Gpu => Err(to_df_error(e)),
+                _ => Ok((ScanBackend::Cpu, format!("cpu (auto: {e})"))),
+            };
+        }
+        if let Some(why) = self.gpu_unsupported(columns) {
+            if !self.options.gpu_fallback {
+                return Err(to_df_error(why));
+            }
+            info!("gpq scan decodes on the CPU: {why}");
+            return Ok((ScanBackend::Cpu, format!("cpu (gpu fallback: {why})")));
+        }
+        let io = gpq::io::resolve_path(&self.options.read.io)
+            .map(|(p, _)| p.name())
+            .unwrap_or("invalid");
+        let decompress = format!("{:?}", self.options.read.decompress).to_ascii_lowercase();
+        Ok((
+            ScanBackend::Gpu,
+            format!("gpu (device={device}, io={io}, decompress={decompress})"),
+        ))
+    }
+
+    /// Why the GPU cannot decode `columns`, if it cannot (checked on the first
+    /// file; the files share one schema).
+    fn gpu_unsupported(&self, columns: &[usize]) -> Option<gpq::Error> {
+        if columns.is_empty() {
+            return None;
+        }
+        let file = self.files.first()?;
+        let selection = file
+            .file_roots(columns)
+            .into_iter()
+            .map(ColumnSelector::Index);
+        let options = ReadOptions::new()
+            .with_columns(selection)
+            .with_row_groups([]);
+        let plan = ReadPlan::from_footer(&file.path, file.footer.clone(), &options).ok()?;
+        match gpq::can_decode(&plan) {
+            Err(e @ gpq::Error::Unsupported { .. }) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// One physical predicate from the filters DataFusion pushed down.
+    fn predicate(
+        &self,
+        state: &dyn Session,
+        filters: &[Expr],
+    ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        if filters.is_empty() {
+            return Ok(None);
+        }
+        let df_schema = DFSchema::try_from(Arc::clone(&self.schema))?;
+        let exprs = filters.iter().filter(|e| !e.is_volatile()).filter_map(|e| {
+            state
+                .create_physical_expr(e.clone(), &df_schema)
+                .inspect_err(|err| debug!("filter {e} not used for pruning: {err}"))
+                .ok()
+        });
+        Ok(conjunction_opt(exprs))
+    }
+}
+
+#[async_trait]
+impl TableProvider for GpqTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Filters prune row groups and pages; DataFusion still applies them to the rows.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if f.is_volatile() {
+                    TableProviderFilterPushDown::Unsupported
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.statistics.clone())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let width = self.schema.fields().len();
+        let columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..width).collect(),
+        };
+        if let Some(&bad) = columns.iter().find(|&&c| c >= width) {
+            return Err(DataFusionError::Plan(format!(
+                "gpq table has {width} columns, column {bad} was projected"
+            )));
+        }
+        let schema = Arc::new(self.schema.project(&columns)?);
+        let (backend, backend_note) = self.resolve_backend(&columns)?;
+        let predicate = self.predicate(state, filters)?;
+        // A limit is only safe to apply before filtering when there is no filter.
+        let limit = if filters.is_empty() { limit } else { None };
+        let (units, pruning) = plan_units(
+            &self.files,
+            &self.schema,
+            &columns,
+            predicate.as_ref(),
+            self.options.page_index,
+            limit,
+        );
+        debug!(?pruning, backend = %backend_note, "gpq scan planned");
+        let partitions = split_partitions(
+            units,
+            state.config().target_partitions(),
+            columns.is_empty(),
+        );
+        Ok(Arc::new(GpqScanExec::new(ScanParts {
+            files: Arc::clone(&self.files),
+            table_schema: Arc::clone(&self.schema),
+            columns,
+            schema,
+            partitions,
+            predicate,
+            fetch: limit,
+            options: self.options.clone(),
+            backend,
+            backend_note,
+            pruning,
+        })))
+    }
+}

@@ -1,0 +1,465 @@
+//! DataFusion over gpq tables gives the same answers as DataFusion's built-in
+//! Parquet tables on the same files: all 22 TPC-H queries (CPU backend; scale
+//! factor `GPQ_TPCH_SF`, default 0.05 so CI stays quick, SF 1 in the device
+//! script), plus edge cases on small hand-written files, and with the GPU
+//! backend (on a device all 22 queries, with the CPU fallback off so every
+//! scan must decode on the GPU; on gpq's CPU emulator of the kernels, with
+//! the `emulator` feature, a few). Without a device or the emulator the GPU
+//! test is reported as ignored.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::catalog::TableProvider;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use gpq_bench::tpch::queries::{self, TableSource};
+use gpq_bench::tpch::{GenOptions, Table, generate_table};
+use gpq_datafusion::{Backend, GpqScanExec, GpqTable, GpqTableOptions, register_gpq};
+use libtest_mimic::{Arguments, Trial};
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
+
+type TestFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// A test run on a two-worker tokio runtime of its own.
+fn trial(name: &str, test: fn() -> TestFuture) -> Trial {
+    Trial::test(name, move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        rt.block_on(test());
+        Ok(())
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Arguments::from_args();
+    let required = std::env::var("GPQ_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    // The GPU backend test runs on a CUDA device, else on gpq's emulator
+    // (builds with the `emulator` feature), else it is ignored (with
+    // GPQ_REQUIRE_GPU=1, a failure).
+    let gpu = if gpq::cuda::device_available() {
+        trial("gpu_backend_tpch", || Box::pin(gpu_backend_tpch(false)))
+    } else if required {
+        Trial::test("gpu_backend_tpch", || Err("GPQ_REQUIRE_GPU=1 but there is no CUDA device".into()))
+    } else if gpq::cuda::emulator_compiled() {
+        trial("gpu_backend_tpch", || Box::pin(gpu_backend_tpch(true)))
+    } else {
+        Trial::test("gpu_backend_tpch", || Err("no CUDA device and no emulator".into())).with_ignored_flag(true)
+    };
+    let trials = vec![
+        trial("tpch_22_queries_match_builtin_parquet", || Box::pin(tpch_22_queries_match_builtin_parquet())),
+        trial("empty_projection_counts_rows", || Box::pin(empty_projection_counts_rows())),
+        trial("filters_prune_row_groups_and_pages", || Box::pin(filters_prune_row_groups_and_pages())),
+        trial("nulls_round_trip", || Box::pin(nulls_round_trip())),
+        trial("limit_is_pushed_down", || Box::pin(limit_is_pushed_down())),
+        trial("directory_of_files", || Box::pin(directory_of_files())),
+        trial("bad_input_is_an_error_not_a_panic", || Box::pin(bad_input_is_an_error_not_a_panic())),
+        trial("auto_backend_picks_and_shows_the_decoder", || Box::pin(auto_backend_picks_and_shows_the_decoder())),
+        gpu,
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+fn context(partitions: usize) -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(partitions))
+}
+
+fn cpu() -> GpqTableOptions {
+    GpqTableOptions::new().with_backend(Backend::Cpu)
+}
+
+/// TPC-H data at `sf`, generated once per scale factor and reused by later
+/// runs and by tests running at the same time: one generator at a time per
+/// process, each into a directory of its own that is then renamed into
+/// place; a process that finds the place taken keeps what is there.
+fn tpch_dir(sf: f64) -> PathBuf {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.join(format!("gpq-tpch-sf{sf}"));
+    if dir.join(".complete").exists() {
+        return dir;
+    }
+    let t0 = Instant::now();
+    let work = tmp.join(format!("gpq-tpch-sf{sf}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let options = GenOptions { scale_factor: sf, ..Default::default() };
+    for t in Table::ALL {
+        generate_table(t, &work, &options, &|_| {}).unwrap();
+    }
+    std::fs::write(work.join(".complete"), b"").unwrap();
+    if std::fs::rename(&work, &dir).is_err() {
+        if dir.join(".complete").exists() {
+            // Another process published it first.
+            std::fs::remove_dir_all(&work).unwrap();
+        } else {
+            // An incomplete copy from an interrupted run is in the way.
+            std::fs::remove_dir_all(&dir).unwrap();
+            std::fs::rename(&work, &dir).unwrap();
+        }
+    }
+    eprintln!("generated TPC-H SF {sf} in {:.1} s into {}", t0.elapsed().as_secs_f64(), dir.display());
+    dir
+}
+
+/// `GPQ_TPCH_SF`, default 0.05: CI-sized; the device script runs SF 1.
+fn scale_factor() -> f64 {
+    std::env::var("GPQ_TPCH_SF").ok().and_then(|v| v.parse().ok()).unwrap_or(0.05)
+}
+
+/// Same rows: the same text, or (ties under ORDER BY) the same rows in another order.
+fn assert_same_rows(what: &str, expected: &[RecordBatch], actual: &[RecordBatch]) {
+    let e = pretty_format_batches(expected).unwrap().to_string();
+    let a = pretty_format_batches(actual).unwrap().to_string();
+    if e == a {
+        return;
+    }
+    let mut el: Vec<&str> = e.lines().collect();
+    let mut al: Vec<&str> = a.lines().collect();
+    el.sort_unstable();
+    al.sort_unstable();
+    assert!(el == al, "{what}: results differ\nbuilt-in Parquet:\n{e}\ngpq:\n{a}");
+    eprintln!("{what}: same rows, tied rows in another order");
+}
+
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
+}
+
+/// Runs `sql`, returning the batches and the gpq scans of the executed plan.
+async fn run_with_scans(ctx: &SessionContext, sql: &str) -> (Vec<RecordBatch>, Vec<Arc<dyn ExecutionPlan>>) {
+    let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+    let mut scans = Vec::new();
+    let mut stack = vec![plan];
+    while let Some(p) = stack.pop() {
+        if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
+            scans.push(Arc::clone(&p));
+        }
+        stack.extend(p.children().into_iter().cloned());
+    }
+    (batches, scans)
+}
+
+/// The sum over partitions of the metric `name` of `scan`; a metric the
+/// scan does not have is a test failure, not a zero.
+fn metric(scan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+    let metrics = scan.metrics().expect("a gpq scan has metrics");
+    let values: Vec<usize> = metrics.iter().filter(|m| m.value().name() == name).map(|m| m.value().as_usize()).collect();
+    assert!(!values.is_empty(), "the scan has no metric {name}: {metrics}");
+    values.iter().sum()
+}
+
+fn gpq_scan(scan: &Arc<dyn ExecutionPlan>) -> &GpqScanExec {
+    scan.as_ref().downcast_ref::<GpqScanExec>().unwrap()
+}
+
+async fn sql(ctx: &SessionContext, q: &str) -> Vec<RecordBatch> {
+    ctx.sql(q).await.unwrap().collect().await.unwrap()
+}
+
+async fn tpch_22_queries_match_builtin_parquet() {
+    let sf = scale_factor();
+    let dir = tpch_dir(sf);
+    let builtin = context(2);
+    queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
+    let ours = context(2);
+    queries::register_tables(&ours, &dir, &TableSource::Gpq(cpu())).await.unwrap();
+
+    let (mut total_builtin, mut total_gpq) = (0.0, 0.0);
+    for n in 1..=queries::QUERY_COUNT {
+        let t0 = Instant::now();
+        let expected = queries::run_query(&builtin, n).await.unwrap();
+        let t1 = Instant::now();
+        let actual = queries::run_query(&ours, n)
+            .await
+            .unwrap_or_else(|e| panic!("q{n} over gpq tables failed: {e}"));
+        let t2 = Instant::now();
+        let (b, g) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
+        total_builtin += b;
+        total_gpq += g;
+        eprintln!("q{n:02}: {} rows, built-in {b:.2} s, gpq cpu {g:.2} s", rows(&expected));
+        assert_same_rows(&format!("TPC-H q{n} at SF {sf}"), &expected, &actual);
+    }
+    eprintln!("total: built-in {total_builtin:.1} s, gpq cpu {total_gpq:.1} s");
+}
+
+/// Writes `batches` to `path` with small row groups and pages (page index on).
+fn write_file(path: &Path, batches: &[RecordBatch], rows_per_group: usize, rows_per_page: usize) {
+    let props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(rows_per_group))
+        .set_data_page_row_count_limit(rows_per_page)
+        .set_write_batch_size(rows_per_page)
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = ArrowWriter::try_new(file, batches[0].schema(), Some(props)).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.close().unwrap();
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int64, false),
+        Field::new("b", DataType::Int32, true),
+        Field::new("s", DataType::Utf8, true),
+    ]))
+}
+
+/// Rows `start..end`: `a` ascending, `b` null every third row, `s` null every fifth.
+fn batch(start: i64, end: i64) -> RecordBatch {
+    let a: Vec<i64> = (start..end).collect();
+    let b: Vec<Option<i32>> = a.iter().map(|&v| (v % 3 != 0).then_some((v % 17) as i32)).collect();
+    let s: Vec<Option<String>> = a.iter().map(|&v| (v % 5 != 0).then(|| format!("s{}", v % 7))).collect();
+    let columns: Vec<ArrayRef> =
+        vec![Arc::new(Int64Array::from(a)), Arc::new(Int32Array::from(b)), Arc::new(StringArray::from(s))];
+    RecordBatch::try_new(schema(), columns).unwrap()
+}
+
+/// A file of 300 rows: 3 row groups of 100, pages of 10 rows.
+fn small_file(dir: &Path) -> PathBuf {
+    let path = dir.join("small.parquet");
+    write_file(&path, &[batch(0, 300)], 100, 10);
+    path
+}
+
+async fn both(path: &Path, options: GpqTableOptions) -> (SessionContext, SessionContext) {
+    let builtin = context(2);
+    builtin.register_parquet("t", path.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    let ours = context(2);
+    register_gpq(&ours, "t", path, options).unwrap();
+    (builtin, ours)
+}
+
+async fn empty_projection_counts_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = small_file(dir.path());
+    let (builtin, ours) = both(&path, cpu()).await;
+    for q in ["select count(*) from t", "select count(*) from t where a >= 150", "select count(*) from t where b is null"] {
+        assert_same_rows(q, &sql(&builtin, q).await, &sql(&ours, q).await);
+    }
+    // The scan itself, with no column: batches of row counts only.
+    let table = GpqTable::try_new(&path, cpu()).unwrap();
+    let state = ours.state();
+    let plan = table.scan(&state, Some(&vec![]), &[], None).await.unwrap();
+    let batches = collect(plan, ours.task_ctx()).await.unwrap();
+    assert_eq!(rows(&batches), 300);
+    assert!(batches.iter().all(|b| b.num_columns() == 0));
+}
+
+async fn filters_prune_row_groups_and_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = small_file(dir.path());
+    let (builtin, ours) = both(&path, cpu()).await;
+
+    // Nothing matches: every row group is pruned by its statistics.
+    let (batches, scans) = run_with_scans(&ours, "select * from t where a > 1000").await;
+    assert_eq!(rows(&batches), 0);
+    assert_eq!(scans.len(), 1);
+    assert_eq!(metric(&scans[0], "row_groups_pruned_statistics"), 3);
+    assert_eq!(metric(&scans[0], "bytes_read"), 0);
+    assert_eq!(gpq_scan(&scans[0]).pruning().scanned, 0);
+
+    // One row group survives, and the page index keeps two of its ten pages.
+    let q = "select a, b, s from t where a between 105 and 115 order by a";
+    let (batches, scans) = run_with_scans(&ours, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    assert_eq!(rows(&batches), 11);
+    assert_eq!(metric(&scans[0], "row_groups_pruned_statistics"), 2);
+    assert_eq!(metric(&scans[0], "page_index_rows_pruned"), 80);
+    let shown = format!("{}", datafusion::physical_plan::displayable(scans[0].as_ref()).one_line());
+    assert!(shown.contains("backend=cpu") && shown.contains("row_groups=1/3"), "{shown}");
+
+    // Without the page index only whole row groups are pruned; same answer.
+    let plain = context(2);
+    register_gpq(&plain, "t", &path, cpu().with_page_index(false)).unwrap();
+    let (batches, scans) = run_with_scans(&plain, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    assert_eq!(metric(&scans[0], "page_index_rows_pruned"), 0);
+
+    // Filters on strings and on several columns.
+    for q in [
+        "select count(*), sum(a) from t where s = 's3' and a < 200",
+        "select a from t where a % 7 = 0 and b > 5 order by a",
+        "select s, count(*) from t where a >= 50 and a < 250 group by s order by s",
+    ] {
+        assert_same_rows(q, &sql(&builtin, q).await, &sql(&ours, q).await);
+    }
+}
+
+async fn nulls_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = small_file(dir.path());
+    let (builtin, ours) = both(&path, cpu()).await;
+    for q in [
+        "select count(b), count(s), count(*), sum(b) from t",
+        "select a, b, s from t where b is null order by a limit 20",
+        "select a, s from t where s is not null and a > 280 order by a",
+        "select b, count(*) from t group by b order by b nulls first",
+        "select * from t order by a",
+    ] {
+        assert_same_rows(q, &sql(&builtin, q).await, &sql(&ours, q).await);
+    }
+    // Statistics reach the planner: row count exact, null counts from the footer.
+    let table = GpqTable::try_new(&path, cpu()).unwrap();
+    let stats = table.statistics().unwrap();
+    assert_eq!(stats.num_rows.get_value(), Some(&300));
+    assert_eq!(stats.column_statistics[1].null_count.get_value(), Some(&100));
+    assert_eq!(stats.column_statistics[0].null_count.get_value(), Some(&0));
+}
+
+async fn limit_is_pushed_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = small_file(dir.path());
+    let (builtin, ours) = both(&path, cpu()).await;
+
+    let (batches, scans) = run_with_scans(&ours, "select a, s from t limit 5").await;
+    assert_eq!(rows(&batches), 5);
+    let scan = gpq_scan(&scans[0]);
+    assert_eq!(scan.pruning().pruned_by_limit, 2, "{:?}", scan.pruning());
+    // One row group is left, so one partition, and the scan stops at the limit.
+    assert_eq!(scan.partition_row_groups().len(), 1);
+    assert_eq!(metric(&scans[0], "output_rows"), 5);
+
+    // The scan's own limit. DataFusion asks a scan for at least `limit` rows;
+    // gpq keeps the row groups needed to reach it (100 rows each here) and
+    // each partition stops after `limit` rows, so the output is exactly the
+    // sum over partitions of min(limit, the partition's rows).
+    let table = GpqTable::try_new(&path, cpu()).unwrap();
+    for limit in [1, 99, 100, 101, 150, 299, 300, 1000] {
+        let plan = table.scan(&ours.state(), None, &[], Some(limit)).await.unwrap();
+        let scan = plan.as_ref().downcast_ref::<GpqScanExec>().unwrap();
+        let partitions = scan.partition_row_groups();
+        let row_groups: usize = partitions.iter().map(Vec::len).sum();
+        assert_eq!(row_groups, limit.div_ceil(100).min(3), "limit {limit}: row groups kept");
+        let expected: usize = partitions.iter().map(|p| limit.min(100 * p.len())).sum();
+        let batches = collect(Arc::clone(&plan), ours.task_ctx()).await.unwrap();
+        assert_eq!(rows(&batches), expected, "limit {limit}");
+        assert!(rows(&batches) >= limit.min(300), "limit {limit}: fewer rows than asked for");
+    }
+
+    for q in ["select a from t order by a limit 7", "select a from t where b = 3 order by a limit 3"] {
+        assert_same_rows(q, &sql(&builtin, q).await, &sql(&ours, q).await);
+    }
+}
+
+async fn directory_of_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    for (i, (start, end)) in [(0, 250), (250, 300), (300, 1000)].into_iter().enumerate() {
+        write_file(&data.join(format!("part-{i}.parquet")), &[batch(start, end)], 64, 16);
+    }
+    std::fs::write(data.join("_SUCCESS"), b"").unwrap();
+    let (builtin, ours) = both(&data, cpu()).await;
+    assert_eq!(GpqTable::try_new(&data, cpu()).unwrap().files().count(), 3);
+    for q in [
+        "select count(*), sum(a), min(a), max(a), count(b) from t",
+        "select s, count(*), sum(b) from t group by s order by s",
+        "select a, b from t where a between 240 and 310 order by a",
+    ] {
+        assert_same_rows(q, &sql(&builtin, q).await, &sql(&ours, q).await);
+    }
+    // More partitions than row groups in a file: partitions span files.
+    let many = context(7);
+    register_gpq(&many, "t", &data, cpu()).unwrap();
+    let q = "select count(*), sum(a) from t where a > 100";
+    assert_same_rows(q, &sql(&builtin, q).await, &sql(&many, q).await);
+}
+
+async fn bad_input_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("bogus.parquet");
+    std::fs::write(&bogus, b"this is not parquet at all").unwrap();
+    let ctx = context(2);
+    let err = register_gpq(&ctx, "t", &bogus, cpu()).unwrap_err().to_string();
+    assert!(err.contains("not a Parquet file"), "{err}");
+    let err = register_gpq(&ctx, "t", dir.path().join("missing"), cpu()).unwrap_err().to_string();
+    assert!(err.contains("missing"), "{err}");
+
+    // Files of one directory must share a schema.
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir(&mixed).unwrap();
+    write_file(&mixed.join("a.parquet"), &[batch(0, 10)], 100, 10);
+    let other = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("a", DataType::Utf8, false)])),
+        vec![Arc::new(StringArray::from(vec!["x"]))],
+    )
+    .unwrap();
+    write_file(&mixed.join("b.parquet"), &[other], 100, 10);
+    let err = register_gpq(&ctx, "t", &mixed, cpu()).unwrap_err().to_string();
+    assert!(err.contains("does not share the schema"), "{err}");
+
+    // Explicit GPU without a device (and without the emulator) fails at planning.
+    if !gpq::cuda::device_available() && !gpq::cuda::emulator_compiled() {
+        let path = small_file(dir.path());
+        register_gpq(&ctx, "g", &path, GpqTableOptions::new().with_backend(Backend::Gpu)).unwrap();
+        let err = ctx.sql("select * from g").await.unwrap().collect().await.unwrap_err().to_string();
+        assert!(err.contains("no CUDA device"), "{err}");
+    }
+}
+
+async fn auto_backend_picks_and_shows_the_decoder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = small_file(dir.path());
+    let (builtin, ours) = both(&path, GpqTableOptions::new()).await;
+    let q = "select b, count(*) from t where a < 120 group by b order by b";
+    let (batches, scans) = run_with_scans(&ours, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    let scan = gpq_scan(&scans[0]);
+    let explain = sql(&ours, &format!("explain {q}")).await;
+    let text = pretty_format_batches(&explain).unwrap().to_string();
+    assert!(text.contains("GpqScanExec: backend="), "{text}");
+    if gpq::cuda::device_available() {
+        assert!(scan.uses_gpu(), "{}", scan.backend());
+    } else {
+        assert_eq!(scan.backend(), "cpu (auto: no CUDA device)");
+        assert!(text.contains("backend=cpu (auto: no CUDA device)"), "{text}");
+    }
+}
+
+/// The GPU backend on a real device (all 22 queries at `GPQ_TPCH_SF`), or on
+/// the CPU emulator of the kernels (five queries at SF 0.01). The CPU
+/// fallback is off, so a query passes only if every scan decoded on the GPU.
+async fn gpu_backend_tpch(emulated: bool) {
+    if emulated {
+        eprintln!("NOTE: no GPU; running the GPU backend on the CPU emulator");
+        gpq::cuda::use_emulator().unwrap();
+    }
+    let (sf, list): (f64, Vec<usize>) =
+        if emulated { (0.01, vec![1, 3, 6, 12, 14]) } else { (scale_factor(), (1..=queries::QUERY_COUNT).collect()) };
+    let dir = tpch_dir(sf);
+    let builtin = context(2);
+    queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
+    let ours = context(2);
+    let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false);
+    queries::register_tables(&ours, &dir, &TableSource::Gpq(gpu)).await.unwrap();
+    for n in list {
+        let t0 = Instant::now();
+        let expected = queries::run_query(&builtin, n).await.unwrap();
+        let actual = queries::run_query(&ours, n).await.unwrap_or_else(|e| panic!("q{n} on the GPU backend: {e}"));
+        eprintln!("q{n:02} gpu backend: {} rows in {:.2} s", rows(&actual), t0.elapsed().as_secs_f64());
+        assert_same_rows(&format!("TPC-H q{n} at SF {sf}, GPU backend"), &expected, &actual);
+    }
+    // A scan on its own: it ran on the device, read bytes, decoded on the GPU
+    // only, and pages pruned by the index are sliced away (same answer).
+    let q = "select count(*), sum(l_quantity) from lineitem where l_shipdate < date '1992-03-01'";
+    let (batches, scans) = run_with_scans(&ours, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    assert_eq!(scans.len(), 1);
+    let scan = gpq_scan(&scans[0]);
+    assert!(scan.uses_gpu(), "{}", scan.backend());
+    let reads = metric(&scans[0], "device_reads");
+    let scanned: usize = scan.partition_row_groups().iter().map(Vec::len).sum();
+    assert!(reads > 0 && reads <= scanned, "{reads} device reads for {scanned} row groups");
+    assert!(metric(&scans[0], "bytes_read") > 0);
+    assert_eq!(metric(&scans[0], "gpu_fallback_row_groups"), 0);
+}

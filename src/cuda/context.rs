@@ -1,0 +1,424 @@
+//! One [`GpuContext`] per device and process: the primary context, device
+//! properties and the stream-ordered memory pool; streams and events. What
+//! stages keep per device (compiled kernels, the bounce path's staging
+//! buffers, the pinned host pool) lives with those stages, keyed by the
+//! context's [`GpuContext::key`].
+//!
+//! With the `emulator` feature a context can also be the CPU emulator
+//! ([`GpuContext::emulated`]): device memory is host memory and kernels run
+//! on the CPU. It exists for testing kernel logic without a GPU.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::sys;
+use tracing::info;
+
+use super::check;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Backend {
+    Cuda { ctx: sys::CUcontext, pool: sys::CUmemoryPool },
+    Emulated,
+}
+
+/// A CUDA device with its primary context (or the CPU emulator).
+pub struct GpuContext {
+    ordinal: usize,
+    pub(crate) backend: Backend,
+    /// Device name as the driver reports it.
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Number of streaming multiprocessors.
+    pub sm_count: i32,
+    /// Total device memory in bytes.
+    pub total_memory: u64,
+}
+
+// The context handle and pool are process-wide driver objects that may be used
+// from any thread once made current there (which `bind` does).
+unsafe impl Send for GpuContext {}
+unsafe impl Sync for GpuContext {}
+
+static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
+static DRIVER: OnceLock<Result<i32, String>> = OnceLock::new();
+static EMULATE: AtomicBool = AtomicBool::new(false);
+static EMULATED: OnceLock<Arc<GpuContext>> = OnceLock::new();
+
+/// Memory the emulated device pretends to have.
+const EMULATED_MEMORY: u64 = 8 << 30;
+
+/// Loads the driver library and initialises it once; returns the device count.
+fn driver() -> Result<i32> {
+    DRIVER
+        .get_or_init(|| {
+            // SAFETY: probing for the library has no preconditions.
+            if !unsafe { sys::is_culib_present() } {
+                return Err("the CUDA driver library (libcuda.so) is not installed or not on the library path".into());
+            }
+            // SAFETY: cuInit may be called any number of times.
+            let r = unsafe { sys::cuInit(0) };
+            check("cuInit", r).map_err(|e| e.to_string())?;
+            let mut n = 0;
+            // SAFETY: n is a valid out pointer.
+            check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) }).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the driver found no CUDA device".into());
+            }
+            Ok(n)
+        })
+        .clone()
+        .map_err(|reason| Error::NoCudaDevice { reason })
+}
+
+/// Whether a real CUDA device can be used, without creating a context.
+pub fn device_available() -> bool {
+    driver().is_ok()
+}
+
+/// Whether this build carries the CPU emulator.
+pub fn emulator_compiled() -> bool {
+    cfg!(feature = "emulator")
+}
+
+/// Routes every later [`GpuContext::get`] in this process to the CPU emulator
+/// (also enabled by `GPQ_EMULATE=1`). Fails without the `emulator` feature.
+pub fn use_emulator() -> Result<()> {
+    if !emulator_compiled() {
+        return Err(Error::NoCudaDevice { reason: "gpq was built without the `emulator` feature".into() });
+    }
+    EMULATE.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+fn emulation_requested() -> bool {
+    EMULATE.load(Ordering::SeqCst) || (emulator_compiled() && crate::env::emulate())
+}
+
+impl GpuContext {
+    /// The context of device `ordinal`, created on first use.
+    pub fn get(ordinal: usize) -> Result<Arc<GpuContext>> {
+        if emulation_requested() {
+            return Self::emulated();
+        }
+        let count = driver()?;
+        if ordinal >= count as usize {
+            return Err(Error::NoCudaDevice { reason: format!("device {ordinal} requested, {count} present") });
+        }
+        let map = CONTEXTS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ctx) = map.get(&ordinal) {
+            ctx.bind()?;
+            return Ok(ctx.clone());
+        }
+        let ctx = Arc::new(Self::create(ordinal)?);
+        map.insert(ordinal, ctx.clone());
+        Ok(ctx)
+    }
+
+    /// The CPU emulator as a device (needs the `emulator` feature).
+    pub fn emulated() -> Result<Arc<GpuContext>> {
+        if !emulator_compiled() {
+            return Err(Error::NoCudaDevice { reason: "gpq was built without the `emulator` feature".into() });
+        }
+        Ok(EMULATED
+            .get_or_init(|| {
+                Arc::new(GpuContext {
+                    ordinal: 0,
+                    backend: Backend::Emulated,
+                    name: "gpq CPU emulator".into(),
+                    compute_capability: (9, 0),
+                    sm_count: 4,
+                    total_memory: EMULATED_MEMORY,
+                })
+            })
+            .clone())
+    }
+
+    fn create(ordinal: usize) -> Result<GpuContext> {
+        // SAFETY: out pointers are valid; the driver is initialised.
+        unsafe {
+            let mut dev = 0;
+            check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
+            let mut ctx = std::ptr::null_mut();
+            check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+            check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+            let attr = |a: sys::CUdevice_attribute| -> Result<i32> {
+                let mut v = 0;
+                check("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut v, a, dev))?;
+                Ok(v)
+            };
+            use sys::CUdevice_attribute::*;
+            let major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            let mut total = 0usize;
+            check("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut total, dev))?;
+            let mut name_buf = [0i8; 256];
+            check("cuDeviceGetName", sys::cuDeviceGetName(name_buf.as_mut_ptr(), 256, dev))?;
+            let name = std::ffi::CStr::from_ptr(name_buf.as_ptr()).to_string_lossy().into_owned();
+
+            // Keep freed memory in the pool: reads allocate gigabytes and give
+            // them back, and going to the driver each time costs milliseconds.
+            let mut pool = std::ptr::null_mut();
+            check("cuDeviceGetDefaultMemPool", sys::cuDeviceGetDefaultMemPool(&mut pool, dev))?;
+            let mut threshold: u64 = u64::MAX;
+            check(
+                "cuMemPoolSetAttribute",
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut threshold as *mut u64).cast(),
+                ),
+            )?;
+            info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, "CUDA device ready");
+            Ok(GpuContext {
+                ordinal,
+                backend: Backend::Cuda { ctx, pool },
+                name,
+                compute_capability: (major, minor),
+                sm_count,
+                total_memory: total as u64,
+            })
+        }
+    }
+
+    /// Device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Whether this is the CPU emulator rather than a GPU.
+    pub fn is_emulated(&self) -> bool {
+        matches!(self.backend, Backend::Emulated)
+    }
+
+    /// Makes this context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        match self.backend {
+            // SAFETY: the context is retained for the life of the process.
+            Backend::Cuda { ctx, .. } => check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) }),
+            Backend::Emulated => Ok(()),
+        }
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory_info(&self) -> Result<(u64, u64)> {
+        if self.is_emulated() {
+            return Ok((self.total_memory, self.total_memory));
+        }
+        self.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out pointers; context is current.
+        check("cuMemGetInfo", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Creates a new non-blocking stream.
+    pub fn new_stream(self: &Arc<Self>) -> Result<Arc<GpuStream>> {
+        if self.is_emulated() {
+            return Ok(Arc::new(GpuStream { stream: std::ptr::null_mut(), ctx: self.clone() }));
+        }
+        self.bind()?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: valid out pointer; context is current.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Arc::new(GpuStream { stream: s, ctx: self.clone() }))
+    }
+
+    /// Identifies the context among all of the process: (ordinal, emulated).
+    /// Stages key their per-device state by it.
+    pub fn key(&self) -> (usize, bool) {
+        (self.ordinal, self.is_emulated())
+    }
+
+    /// Architecture name for NVRTC, e.g. `sm_90`.
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+    }
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.name)
+            .field("compute_capability", &self.compute_capability)
+            .field("sm_count", &self.sm_count)
+            .finish()
+    }
+}
+
+/// A CUDA stream, destroyed when the last reference goes.
+pub struct GpuStream {
+    stream: sys::CUstream,
+    ctx: Arc<GpuContext>,
+}
+
+// A stream handle may be used from any thread with the context current.
+unsafe impl Send for GpuStream {}
+unsafe impl Sync for GpuStream {}
+
+impl GpuStream {
+    /// The raw handle (null on the emulator).
+    pub fn raw(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// The owning context.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    /// Blocks until all work queued on the stream is done.
+    pub fn synchronize(&self) -> Result<()> {
+        if self.ctx.is_emulated() {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: the stream is alive.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream) })
+    }
+
+    /// Records an event on this stream and returns it.
+    pub fn record_event(&self) -> Result<GpuEvent> {
+        let ev = GpuEvent::new(&self.ctx, true)?;
+        ev.record(self)?;
+        Ok(ev)
+    }
+
+    /// Makes this stream wait for `event`.
+    pub fn wait(&self, event: &GpuEvent) -> Result<()> {
+        match event.raw {
+            EventRaw::Cuda(e) => {
+                // SAFETY: both handles are alive.
+                check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.stream, e, 0) })
+            }
+            EventRaw::Emulated(_) => Ok(()),
+        }
+    }
+
+    /// Queues a copy of `len` bytes from host memory `src` to device address `dst`.
+    ///
+    /// # Safety
+    /// `src` must stay valid and unchanged until the copy completes (for
+    /// pinned memory: until the stream passes this point); `dst..dst+len` must
+    /// lie in one live device allocation.
+    pub unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if self.ctx.is_emulated() {
+            // SAFETY: delegated to the caller; emulated device memory is host memory.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, len) };
+            return Ok(());
+        }
+        // SAFETY: delegated to the caller.
+        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.stream) })
+    }
+}
+
+impl Drop for GpuStream {
+    fn drop(&mut self) {
+        if self.ctx.is_emulated() {
+            return;
+        }
+        let _ = self.ctx.bind();
+        // SAFETY: the stream is not used after this; pending work completes first.
+        unsafe {
+            sys::cuStreamSynchronize(self.stream);
+            sys::cuStreamDestroy_v2(self.stream);
+        }
+    }
+}
+
+enum EventRaw {
+    Cuda(sys::CUevent),
+    Emulated(Mutex<Option<Instant>>),
+}
+
+/// A CUDA event.
+pub struct GpuEvent {
+    raw: EventRaw,
+    _ctx: Arc<GpuContext>,
+}
+
+unsafe impl Send for GpuEvent {}
+unsafe impl Sync for GpuEvent {}
+
+impl GpuEvent {
+    /// Creates an event; `timing` enables elapsed-time queries.
+    pub fn new(ctx: &Arc<GpuContext>, timing: bool) -> Result<GpuEvent> {
+        if ctx.is_emulated() {
+            return Ok(GpuEvent { raw: EventRaw::Emulated(Mutex::new(None)), _ctx: ctx.clone() });
+        }
+        ctx.bind()?;
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out pointer.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
+        Ok(GpuEvent { raw: EventRaw::Cuda(raw), _ctx: ctx.clone() })
+    }
+
+    /// Records the event on `stream`.
+    pub fn record(&self, stream: &GpuStream) -> Result<()> {
+        match &self.raw {
+            // SAFETY: both handles are alive.
+            EventRaw::Cuda(e) => check("cuEventRecord", unsafe { sys::cuEventRecord(*e, stream.raw()) }),
+            EventRaw::Emulated(t) => {
+                *t.lock().unwrap() = Some(Instant::now());
+                Ok(())
+            }
+        }
+    }
+
+    /// Blocks until the event has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.raw {
+            // SAFETY: the event is alive.
+            EventRaw::Cuda(e) => check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(*e) }),
+            EventRaw::Emulated(_) => Ok(()),
+        }
+    }
+
+    /// Milliseconds between `start` and this event (both completed).
+    pub fn elapsed_ms_since(&self, start: &GpuEvent) -> Result<f32> {
+        match (&self.raw, &start.raw) {
+            (EventRaw::Cuda(end), EventRaw::Cuda(begin)) => {
+                let mut ms = 0f32;
+                // SAFETY: both events were recorded with timing enabled.
+                check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, *begin, *end) })?;
+                Ok(ms)
+            }
+            (EventRaw::Emulated(end), EventRaw::Emulated(begin)) => {
+                let (e, b) = (*end.lock().unwrap(), *begin.lock().unwrap());
+                Ok(match (e, b) {
+                    (Some(e), Some(b)) => e.saturating_duration_since(b).as_secs_f32() * 1e3,
+                    _ => 0.0,
+                })
+            }
+            _ => Err(Error::BackendMismatch { what: "elapsed time between events" }),
+        }
+    }
+}
+
+impl Drop for GpuEvent {
+    fn drop(&mut self) {
+        if let EventRaw::Cuda(e) = self.raw {
+            // SAFETY: not used after this.
+            unsafe {
+                sys::cuEventDestroy_v2(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Stage 3: values. Lays out every column's output buffers, indexes string
+//! dictionaries, and launches the value kernels: fixed-width and boolean
+//! decoding in one pass; strings as a sizes pass, a host sum of page totals
+//! (which sizes the character buffers), and a characters pass. Every page's
+//! status word is checked before the columns are handed out.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+
+use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
+use crate::error::{CorruptKind, Result};
+use crate::gpu::status::corrupt_kind;
+use crate::gpu::{Kernel, KernelArgs, Kernels};
+use crate::plan::ReadPlan;
+
+use super::decompress::Decompressed;
+use super::descriptors::{ColumnDesc, DictDesc, PageDesc, page_type};
+use super::pages::{PageTable, corrupt};
+use super::types::{ColumnRecipe, Family};
+use super::{DecodedColumn, unsupported};
+
+const BLOCK: u32 = 256;
+
+fn bitmap_bytes(rows: usize) -> u64 {
+    // Kernels OR whole 32-bit words; round up to 8 bytes.
+    (rows.div_ceil(64) * 8).max(8) as u64
+}
+
+/// Where one kernel page came from, for error messages.
+#[derive(Clone, Copy)]
+struct PageOrigin {
+    chunk: usize,
+    page_no: usize,
+}
+
+struct Outputs {
+    values: DeviceBuffer,
+    validity: Option<DeviceBuffer>,
+    offsets: Option<DeviceBuffer>,
+    scratch: Option<(DeviceBuffer, DeviceBuffer)>,
+}
+
+/// Decodes the (decompressed) pages of `table` into device columns of
+/// `num_rows` rows each, following `recipes`.
+pub(crate) fn decode_columns(
+    plan: &ReadPlan,
+    table: &PageTable,
+    dec: &Decompressed,
+    recipes: &[ColumnRecipe],
+    num_rows: usize,
+    stream: &Arc<GpuStream>,
+) -> Result<Vec<DecodedColumn>> {
+    let kernels = Kernels::for_context(stream.context())?;
+    let ncols = plan.columns.len();
+    let null_counts = DeviceBuffer::alloc(stream, 8 * ncols.max(1) as u64, "null counts")?;
+    null_counts.fill(stream, 0)?;
+
+    // Output buffers and the column table.
+    let mut outputs: Vec<Outputs> = Vec::with_capacity(ncols);
+    let mut descs: Vec<ColumnDesc> = Vec::with_capacity(ncols);
+    for (ci, r) in recipes.iter().enumerate() {
+        let nullable = plan.columns[ci].leaves[0].max_def_level > 0;
+        let validity = if nullable {
+            let v = DeviceBuffer::alloc(stream, bitmap_bytes(num_rows), "validity")?;
+            v.fill(stream, 0)?;
+            Some(v)
+        } else {
+            None
+        };
+        let (values, offsets, scratch) = match r.family {
+            Family::Fixed | Family::BytesDecimal => {
+                (DeviceBuffer::alloc(stream, (num_rows as u64 * r.out_width as u64).max(1), "values")?, None, None)
+            }
+            Family::Bool => {
+                let v = DeviceBuffer::alloc(stream, bitmap_bytes(num_rows), "boolean values")?;
+                v.fill(stream, 0)?;
+                (v, None, None)
+            }
+            // Characters are allocated once their total is known.
+            Family::Strings => (DeviceBuffer::alloc(stream, 0, "characters")?, None, None),
+        };
+        let scratch = match r.family {
+            Family::Strings | Family::BytesDecimal => Some((
+                DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string lengths")?,
+                DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string sources")?,
+            )),
+            _ => scratch,
+        };
+        descs.push(ColumnDesc {
+            values: values.ptr(),
+            validity: validity.as_ref().map_or(0, |v| v.ptr()),
+            offsets: 0,
+            chars: 0,
+            scratch_len: scratch.as_ref().map_or(0, |s| s.0.ptr()),
+            scratch_src: scratch.as_ref().map_or(0, |s| s.1.ptr()),
+            null_count: null_counts.ptr() + 8 * ci as u64,
+            num_rows: num_rows as u64,
+            mul: r.mul,
+            div: r.div,
+            kind: r.kind,
+            in_width: r.in_width,
+            out_width: r.out_width,
+            max_def: plan.columns[ci].leaves[0].max_def_level as u32,
+            large_offsets: 0,
+            pad: 0,
+        });
+        outputs.push(Outputs { values, validity, offsets, scratch });
+    }
+
+    // String dictionaries: an (offset, length) table per dictionary page.
+    let mut dict_descs: Vec<DictDesc> = Vec::new();
+    let mut dict_origin: Vec<usize> = Vec::new();
+    let mut dict_entry_offset: Vec<Option<u64>> = vec![None; table.chunks.len()];
+    let mut entries_len = 0u64;
+    for (ci, ch) in table.chunks.iter().enumerate() {
+        let fam = recipes[plan.chunks[ci].column].family;
+        if let (Some(d), Family::Strings | Family::BytesDecimal) = (ch.dictionary, fam) {
+            let count = table.pages[d].num_values as u64;
+            dict_entry_offset[ci] = Some(entries_len);
+            entries_len += 8 * count;
+            let (data, size) = dec.pages[d];
+            dict_descs.push(DictDesc { data, entries: 0, size, count: count as u32, status: 0, pad: 0 });
+            dict_origin.push(ci);
+        }
+    }
+    let entries = DeviceBuffer::alloc(stream, entries_len.max(8), "dictionary entries")?;
+    {
+        let mut k = 0;
+        for (ci, off) in dict_entry_offset.iter().enumerate() {
+            if let Some(o) = off {
+                debug_assert_eq!(dict_origin[k], ci);
+                dict_descs[k].entries = entries.ptr() + o;
+                k += 1;
+            }
+        }
+    }
+    let d_dicts = DeviceBuffer::from_host(stream, as_bytes(&dict_descs), "dictionary table")?;
+    if !dict_descs.is_empty() {
+        let mut args = KernelArgs::new().arg(d_dicts.ptr()).arg(dict_descs.len() as u32);
+        // SAFETY: arguments match gpq_dict_index; each entry table has room for `count` pairs.
+        unsafe { kernels.launch(Kernel::DictIndex, launch_grid(dict_descs.len().div_ceil(64))?, 64, 0, stream, &mut args)? };
+    }
+
+    // Page descriptors, split by kernel family.
+    let mut fixed_pages: Vec<PageDesc> = Vec::new();
+    let mut fixed_origin: Vec<PageOrigin> = Vec::new();
+    let mut str_pages: Vec<PageDesc> = Vec::new();
+    let mut str_origin: Vec<PageOrigin> = Vec::new();
+    let mut row_of_column = vec![0u64; ncols];
+    for (ci, ch) in table.chunks.iter().enumerate() {
+        let col = plan.chunks[ci].column;
+        let r = &recipes[col];
+        let (dict, dict_data, dict_count) = match ch.dictionary {
+            None => (0, 0, 0),
+            Some(d) => {
+                let (ptr, size) = dec.pages[d];
+                let count = table.pages[d].num_values as u32;
+                match r.family {
+                    Family::Strings | Family::BytesDecimal => {
+                        (entries.ptr() + dict_entry_offset[ci].expect("indexed dictionary"), ptr, count)
+                    }
+                    _ => {
+                        if count as u64 * r.in_width as u64 > size as u64 {
+                            return Err(corrupt(
+                                plan,
+                                ci,
+                                0,
+                                CorruptKind::TruncatedPage,
+                                format!("dictionary of {count} values needs more than its {size} bytes"),
+                            ));
+                        }
+                        (ptr, 0, count)
+                    }
+                }
+            }
+        };
+        for &pi in &ch.data {
+            let p = &table.pages[pi];
+            let (data, size) = dec.pages[pi];
+            let desc = PageDesc {
+                data,
+                dict,
+                dict_data,
+                row_start: row_of_column[col],
+                char_base: 0,
+                size,
+                num_values: p.num_values as u32,
+                dict_count,
+                encoding: p.encoding,
+                level_mode: if p.page_type == page_type::DATA_V2 { 2 } else { 1 },
+                def_len: p.def_len as u32,
+                rep_len: p.rep_len as u32,
+                column: col as u32,
+                status: 0,
+                pad: 0,
+            };
+            row_of_column[col] += p.num_values as u64;
+            let origin = PageOrigin { chunk: ci, page_no: table.page_in_chunk(pi) };
+            match r.family {
+                Family::Fixed | Family::Bool => {
+                    fixed_pages.push(desc);
+                    fixed_origin.push(origin);
+                }
+                Family::Strings | Family::BytesDecimal => {
+                    str_pages.push(desc);
+                    str_origin.push(origin);
+                }
+            }
+        }
+    }
+    for (col, &rows) in row_of_column.iter().enumerate() {
+        if rows != num_rows as u64 {
+            // Each chunk's values were checked against its metadata; only a
+            // row group whose chunks disagree on the row count gets here.
+            return Err(unsupported(plan, col, format!("pages hold {rows} rows, the row groups {num_rows}")));
+        }
+    }
+
+    let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
+    let d_fixed = DeviceBuffer::from_host(stream, as_bytes(&fixed_pages), "fixed page table")?;
+    if !fixed_pages.is_empty() {
+        let mut args = KernelArgs::new().arg(d_fixed.ptr()).arg(d_columns.ptr());
+        // SAFETY: arguments match gpq_decode_fixed; outputs hold num_rows values per column.
+        unsafe { kernels.launch(Kernel::DecodeFixed, launch_grid(fixed_pages.len())?, BLOCK, 0, stream, &mut args)? };
+    }
+
+    // Strings: sizes, then character bases from the page totals, then characters.
+    let mut col_total = vec![0u64; ncols];
+    let mut d_str = DeviceBuffer::from_host(stream, as_bytes(&str_pages), "string page table")?;
+    if !str_pages.is_empty() {
+        let page_chars = DeviceBuffer::alloc(stream, 8 * str_pages.len() as u64, "page character counts")?;
+        let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr()).arg(page_chars.ptr());
+        // SAFETY: arguments match gpq_string_sizes; scratch arrays hold num_rows entries.
+        unsafe { kernels.launch(Kernel::StringSizes, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
+        check_dicts(plan, &d_dicts, &dict_origin)?;
+        let totals: Vec<u64> = from_bytes(&page_chars.to_host()?);
+        let statuses: Vec<PageDesc> = from_bytes(&d_str.to_host()?);
+        check_pages(plan, &statuses, &str_origin)?;
+        for (k, p) in str_pages.iter_mut().enumerate() {
+            let c = p.column as usize;
+            p.char_base = col_total[c];
+            col_total[c] += totals[k];
+        }
+    } else {
+        check_dicts(plan, &d_dicts, &dict_origin)?;
+    }
+    for (ci, r) in recipes.iter().enumerate() {
+        if r.family != Family::Strings {
+            continue;
+        }
+        let large = matches!(r.device_type, DataType::LargeUtf8 | DataType::LargeBinary) || col_total[ci] > i32::MAX as u64;
+        let width = if large { 8 } else { 4 };
+        let offsets = DeviceBuffer::alloc(stream, (num_rows as u64 + 1) * width, "offsets")?;
+        offsets.fill(stream, 0)?;
+        let chars = DeviceBuffer::alloc(stream, col_total[ci].max(1), "characters")?;
+        descs[ci].offsets = offsets.ptr();
+        descs[ci].chars = chars.ptr();
+        descs[ci].large_offsets = large as u32;
+        outputs[ci].values = chars;
+        outputs[ci].offsets = Some(offsets);
+    }
+    if !str_pages.is_empty() {
+        let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
+        d_str = DeviceBuffer::from_host(stream, as_bytes(&str_pages), "string page table")?;
+        // Each kernel skips the pages of the other family.
+        if recipes.iter().any(|r| r.family == Family::Strings) {
+            let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
+            // SAFETY: arguments match gpq_string_chars; offsets hold num_rows + 1 entries and
+            // characters the column's total.
+            unsafe { kernels.launch(Kernel::StringChars, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
+        }
+        if recipes.iter().any(|r| r.family == Family::BytesDecimal) {
+            let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
+            // SAFETY: arguments match gpq_bytes_decimal; values hold num_rows decimals.
+            unsafe { kernels.launch(Kernel::BytesDecimal, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
+        }
+        stream.synchronize()?;
+        let statuses: Vec<PageDesc> = from_bytes(&d_str.to_host()?);
+        check_pages(plan, &statuses, &str_origin)?;
+    }
+    stream.synchronize()?;
+    let statuses: Vec<PageDesc> = from_bytes(&d_fixed.to_host()?);
+    check_pages(plan, &statuses, &fixed_origin)?;
+    let nulls: Vec<u64> = from_bytes(&null_counts.to_host()?);
+
+    let mut columns = Vec::with_capacity(ncols);
+    for (ci, (o, r)) in outputs.into_iter().zip(recipes).enumerate() {
+        let mut device_type = r.device_type.clone();
+        if descs[ci].large_offsets == 1 {
+            device_type = match device_type {
+                DataType::Utf8 => DataType::LargeUtf8,
+                DataType::Binary => DataType::LargeBinary,
+                t => t,
+            };
+        }
+        drop(o.scratch);
+        columns.push(DecodedColumn {
+            field: plan.columns[ci].field.clone(),
+            device_type,
+            len: num_rows,
+            null_count: nulls[ci] as usize,
+            validity: o.validity,
+            offsets: o.offsets,
+            values: o.values,
+        });
+    }
+    Ok(columns)
+}
+
+fn check_pages(plan: &ReadPlan, pages: &[PageDesc], origin: &[PageOrigin]) -> Result<()> {
+    for (p, o) in pages.iter().zip(origin) {
+        if p.status != 0 {
+            return Err(corrupt(plan, o.chunk, o.page_no, corrupt_kind(p.status)?, ""));
+        }
+    }
+    Ok(())
+}
+
+fn check_dicts(plan: &ReadPlan, d_dicts: &DeviceBuffer, origin: &[usize]) -> Result<()> {
+    if origin.is_empty() {
+        return Ok(());
+    }
+    let dicts: Vec<DictDesc> = from_bytes(&d_dicts.to_host()?);
+    for (d, &ci) in dicts.iter().zip(origin) {
+        if d.status != 0 {
+            return Err(corrupt(plan, ci, 0, corrupt_kind(d.status)?, "in the dictionary page"));
+        }
+    }
+    Ok(())
+}
+
+/// A grid size for `blocks` blocks (one per page or dictionary).
+fn launch_grid(blocks: usize) -> Result<u32> {
+    u32::try_from(blocks).map_err(|_| crate::error::Error::Internal(format!("{blocks} blocks in one launch")))
+}

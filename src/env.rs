@@ -1,0 +1,134 @@
+//! Every environment variable the library reads, in one place.
+//!
+//! Per-read settings are read only when asked for, by
+//! [`ReadOptions::from_env`](crate::ReadOptions::from_env). The process-wide
+//! settings below have documented defaults and are read when the resource
+//! they configure is first used:
+//!
+//! | variable | what | default |
+//! | --- | --- | --- |
+//! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
+//! | `GPQ_KERNEL_CACHE` | directory of compiled kernels | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
+//! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
+//! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
+//! | `GPQ_PINNED_HOST_BYTES` | most bytes of page-locked host slabs per device (`0`: none) | a quarter of host memory, at most 16 GiB |
+//! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
+//!
+//! The library never sets an environment variable.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+use crate::options::{ReadOptions, parse_size};
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn invalid(name: &str, value: &str, expected: &str) -> Error {
+    Error::InvalidOptions(format!("{name}={value:?}: expected {expected}"))
+}
+
+fn flag(name: &str) -> Result<Option<bool>> {
+    match var(name) {
+        None => Ok(None),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => Err(invalid(name, &v, "1 or 0")),
+        },
+    }
+}
+
+fn size(name: &str) -> Result<Option<u64>> {
+    var(name).map(|v| parse_size(&v).ok_or_else(|| invalid(name, &v, "a size such as 4096, 64k or 8M"))).transpose()
+}
+
+impl ReadOptions {
+    /// The defaults with every knob set in the environment applied:
+    /// `GPQ_IO` (auto, gds, cufile-compat, bounce), `GPQ_IO_THREADS`,
+    /// `GPQ_IO_TASK_SIZE` (e.g. `4M`), `GPQ_IO_DIRECT=1`, `GPQ_DECOMPRESS`
+    /// (auto, nvcomp, cpu) and `GPQ_DEVICE` (ordinal). A variable that does
+    /// not parse is an error, never silently ignored.
+    pub fn from_env() -> Result<ReadOptions> {
+        read_options()
+    }
+}
+
+/// [`ReadOptions::default`] with the per-read variables applied.
+fn read_options() -> Result<ReadOptions> {
+    let mut o = ReadOptions::default();
+    if let Some(v) = var("GPQ_IO") {
+        o.io.path = v.parse()?;
+    }
+    if let Some(n) = size("GPQ_IO_THREADS")? {
+        o.io.threads = Some(usize::try_from(n).map_err(|_| invalid("GPQ_IO_THREADS", &n.to_string(), "a thread count"))?);
+    }
+    if let Some(t) = size("GPQ_IO_TASK_SIZE")? {
+        o.io.task_size = t;
+    }
+    if let Some(d) = flag("GPQ_IO_DIRECT")? {
+        o.io.direct = d;
+    }
+    if let Some(v) = var("GPQ_DECOMPRESS") {
+        o.decompress = v.parse()?;
+    }
+    if let Some(v) = var("GPQ_DEVICE") {
+        o.device = v.trim().parse().map_err(|_| invalid("GPQ_DEVICE", &v, "a device ordinal"))?;
+    }
+    Ok(o)
+}
+
+/// Where compiled kernels are cached, if anywhere.
+pub(crate) fn kernel_cache_dir() -> Option<PathBuf> {
+    if let Some(p) = var("GPQ_KERNEL_CACHE") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = var("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(p).join("gpq/kernels"));
+    }
+    var("HOME").map(|h| PathBuf::from(h).join(".cache/gpq/kernels"))
+}
+
+/// `GPQ_NVCOMP_LIB`, if set.
+pub(crate) fn nvcomp_lib() -> Option<String> {
+    var("GPQ_NVCOMP_LIB")
+}
+
+/// Directories where Python environments keep packages: the active virtual
+/// environment, the user's site-packages and the system's, all absolute.
+pub(crate) fn python_prefixes() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    if let Some(venv) = var("VIRTUAL_ENV").or_else(|| var("CONDA_PREFIX")) {
+        v.push(PathBuf::from(venv).join("lib"));
+    }
+    if let Some(home) = var("HOME") {
+        v.push(PathBuf::from(home).join(".local/lib"));
+    }
+    for p in ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"] {
+        v.push(PathBuf::from(p));
+    }
+    v.retain(|p| p.is_absolute());
+    v
+}
+
+/// `GPQ_CUFILE_LIB`, if set.
+pub(crate) fn cufile_lib() -> Option<String> {
+    var("GPQ_CUFILE_LIB")
+}
+
+/// `GPQ_PINNED_HOST_BYTES`, if set and valid.
+pub(crate) fn pinned_host_bytes() -> Option<u64> {
+    var("GPQ_PINNED_HOST_BYTES").and_then(|v| parse_size(&v))
+}
+
+/// Whether `GPQ_EMULATE=1` asks for the CPU emulator.
+pub(crate) fn emulate() -> bool {
+    matches!(flag("GPQ_EMULATE"), Ok(Some(true)))
+}
+
+/// Whether the application chose cuFile's configuration file
+/// (`CUFILE_ENV_PATH_JSON`); then gpq leaves cuFile's settings alone.
+pub(crate) fn cufile_config_chosen() -> bool {
+    std::env::var_os("CUFILE_ENV_PATH_JSON").is_some()
+}

@@ -1,0 +1,111 @@
+//! What a read did: which paths ran, how many bytes moved and where the time
+//! went. Each stage fills in its part ([`IoStats`] from [`crate::io`],
+//! [`DecompressStats`] from [`crate::decode`]); [`crate::reader`] puts them
+//! together in [`ReadStats`].
+
+use std::time::Duration;
+
+use crate::options::IoPath;
+
+/// What one read through the IO layer did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoStats {
+    /// The path that ran (never [`IoPath::Auto`]).
+    pub path: IoPath,
+    /// Bytes the plan asked for (column-chunk bytes).
+    pub bytes_requested: u64,
+    /// Bytes the workers read from the file (counted as the reads return),
+    /// alignment and merge over-read included.
+    pub bytes_read: u64,
+    /// Wall time from the first read issued to the last byte on the device.
+    pub wall: Duration,
+    /// Worker threads used.
+    pub threads: usize,
+    /// Tasks executed.
+    pub tasks: usize,
+    /// Whether the file was opened with O_DIRECT.
+    pub direct: bool,
+    /// Why the path was chosen, including any fallback from a preferred path.
+    pub reason: String,
+}
+
+impl IoStats {
+    /// Bytes read per second of wall time.
+    pub fn throughput(&self) -> f64 {
+        self.bytes_read as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What decompression did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DecompressStats {
+    /// Pages decompressed by nvCOMP.
+    pub gpu_pages: usize,
+    /// Pages decompressed on the CPU.
+    pub cpu_pages: usize,
+    /// Compressed bytes in.
+    pub compressed_bytes: u64,
+    /// Bytes out.
+    pub decompressed_bytes: u64,
+    /// nvCOMP version used, if any.
+    pub nvcomp_version: Option<String>,
+    /// Why pages went to the CPU, if any did.
+    pub fallback: Option<String>,
+}
+
+impl DecompressStats {
+    /// `none`, `nvcomp`, `cpu` or `nvcomp+cpu`.
+    pub fn path(&self) -> &'static str {
+        match (self.gpu_pages > 0, self.cpu_pages > 0) {
+            (false, false) => "none",
+            (true, false) => "nvcomp",
+            (false, true) => "cpu",
+            (true, true) => "nvcomp+cpu",
+        }
+    }
+}
+
+/// Statistics of one read: where the bytes came from and where time went.
+#[derive(Debug, Clone, Default)]
+pub struct ReadStats {
+    /// The IO layer's report (path, bytes, wall time).
+    pub io: Option<IoStats>,
+    /// Footer and planning.
+    pub plan: Duration,
+    /// Page headers on the device.
+    pub page_headers: Duration,
+    /// Decompression.
+    pub decompress: Duration,
+    /// Value decoding (levels, dictionaries, values, strings).
+    pub decode: Duration,
+    /// Whole read, planning to last kernel.
+    pub total: Duration,
+    /// Decompression report.
+    pub decompression: DecompressStats,
+    /// Pages decoded (data and dictionary).
+    pub pages: usize,
+    /// Bytes of the decoded device columns.
+    pub decoded_bytes: u64,
+}
+
+impl ReadStats {
+    /// One line per stage, for logs and the CLI.
+    pub fn summary(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let io = self.io.as_ref();
+        format!(
+            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms",
+            io.map(|s| s.path.name()).unwrap_or("-"),
+            io.map(|s| s.bytes_read as f64 / 1e9).unwrap_or(0.0),
+            io.map(|s| ms(s.wall)).unwrap_or(0.0),
+            self.decompression.path(),
+            self.decompression.gpu_pages,
+            self.decompression.cpu_pages,
+            ms(self.plan),
+            ms(self.page_headers),
+            ms(self.decompress),
+            ms(self.decode),
+            ms(self.total),
+        )
+    }
+}
