@@ -14,7 +14,9 @@
 //! | `GPQ_PINNED_HOST_BYTES` | most bytes of page-locked host slabs per device (`0`: none) | a quarter of host memory, at most 16 GiB |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
 //!
-//! The library never sets an environment variable.
+//! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
+//! configuration file) is set: then it leaves cuFile's settings alone. The
+//! library never sets an environment variable.
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! It sits on cudarc's raw `sys` bindings with the CUDA libraries loaded at
 //! run time, so a machine without CUDA can still build gpq and use its CPU
 //! parts; there [`GpuContext::get`] returns [`crate::Error::NoCudaDevice`].
-//! Each raw call goes through [`check`], which keeps the driver's code in the
+//! Each raw call goes through `check`, which keeps the driver's code in the
 //! error. With the `emulator` feature a context can instead be the CPU
 //! emulator (device memory is host memory, kernels run on the CPU), which
 //! exists to test kernel logic on machines without a GPU.

@@ -6,7 +6,7 @@ use std::io::Read;
 use parquet::basic::Compression;
 
 /// Decompresses `input` into exactly `out.len()` bytes.
-pub fn decompress(codec: Compression, input: &[u8], out: &mut [u8]) -> Result<(), String> {
+pub(crate) fn decompress(codec: Compression, input: &[u8], out: &mut [u8]) -> Result<(), String> {
     let n = match codec {
         Compression::UNCOMPRESSED => {
             if input.len() != out.len() {

@@ -1,12 +1,12 @@
 //! The GPU decode stage: column-chunk bytes in device memory become Arrow
 //! buffers in device memory.
 //!
-//! Stages, one module each: [`pages`] parses page headers on the device and
-//! checks them against the footer; [`decompress`] runs nvCOMP (or the CPU
-//! fallback, [`cpu_codecs`]); [`values`] lays out the outputs and launches
+//! Stages, one module each: `pages` parses page headers on the device and
+//! checks them against the footer; `decompress` runs nvCOMP (or the CPU
+//! fallback, `cpu_codecs`); `values` lays out the outputs and launches
 //! the value kernels: dictionary indexing for string dictionaries,
 //! fixed-width and boolean decoding, and for strings a sizes pass, a host sum
-//! of page totals, and a characters pass. [`types`] decides per column which
+//! of page totals, and a characters pass. `types` decides per column which
 //! kernel and conversion produce its Arrow type.
 //!
 //! nvCOMP is found through `GPQ_NVCOMP_LIB` (an absolute path), the dynamic
@@ -17,10 +17,10 @@
 //! current directory.
 //!
 //! With the `test-util` feature the stages can be run one by one
-//! ([`read_page_headers`], [`decompress_pages`], [`decode_values`]), for the
+//! (`read_page_headers`, `decompress_pages`, `decode_values`), for the
 //! criterion benches.
 
-pub mod cpu_codecs;
+pub(crate) mod cpu_codecs;
 pub(crate) mod decompress;
 pub(crate) mod descriptors;
 pub(crate) mod nvcomp;

@@ -30,7 +30,7 @@ use crate::plan::IoLayout;
 
 /// Which cuFile mode a read asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// nvidia-fs present: O_DIRECT file, registered device buffer, DMA.
     Gds,
     /// No nvidia-fs: cuFile's POSIX compatibility mode.
@@ -187,12 +187,12 @@ fn load_lib() -> std::result::Result<Lib, String> {
 }
 
 /// The opened cuFile driver.
-pub struct Driver {
+pub(crate) struct Driver {
     lib: Lib,
     /// Driver properties as cuFile reports them.
-    pub properties: CUfileDrvProps,
+    pub(crate) properties: CUfileDrvProps,
     /// How compatibility mode was allowed, for messages.
-    pub compat: String,
+    pub(crate) compat: String,
 }
 
 static DRIVER: OnceLock<std::result::Result<Arc<Driver>, String>> = OnceLock::new();
@@ -222,7 +222,7 @@ fn allow_compat_mode(lib: &Lib) -> String {
 }
 
 /// Opens the cuFile driver once per process.
-pub fn driver() -> std::result::Result<Arc<Driver>, String> {
+pub(crate) fn driver() -> std::result::Result<Arc<Driver>, String> {
     DRIVER
         .get_or_init(|| {
             let lib = load_lib()?;
@@ -247,7 +247,7 @@ pub fn driver() -> std::result::Result<Arc<Driver>, String> {
 }
 
 /// Whether `mode` can be used, and if not, why.
-pub fn check_available(mode: Mode) -> std::result::Result<(), String> {
+pub(crate) fn check_available(mode: Mode) -> std::result::Result<(), String> {
     if mode == Mode::Gds && !nvidia_fs_loaded() {
         return Err("the nvidia-fs kernel module is not loaded (no /proc/driver/nvidia-fs), so cuFile cannot DMA from storage".into());
     }

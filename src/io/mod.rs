@@ -71,14 +71,6 @@ impl DeviceChunks {
     pub fn stream(&self) -> &Arc<GpuStream> {
         &self.stream
     }
-
-    /// The bytes of chunk `index` of the plan, copied to the host.
-    pub fn chunk_to_host(&self, index: usize) -> Result<Vec<u8>> {
-        let c = self.plan.chunks.get(index).ok_or_else(|| {
-            Error::InvalidOptions(format!("the plan has {} chunks, chunk {index} was asked for", self.plan.chunks.len()))
-        })?;
-        self.buffer.copy_range_to_host(c.device_offset, c.len)
-    }
 }
 
 /// Resolves [`IoPath::Auto`] to a concrete path (probing once per process),

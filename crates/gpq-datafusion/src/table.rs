@@ -34,7 +34,7 @@ use gpq::{ColumnSelector, ReadOptions, ReadPlan};
 /// ```no_run
 /// # async fn demo() -> datafusion::error::Result<()> {
 /// use datafusion::prelude::SessionContext;
-/// use gpq::datafusion::{Backend, GpqTableOptions, register_gpq};
+/// use gpq_datafusion::{Backend, GpqTableOptions, register_gpq};
 ///
 /// let ctx = SessionContext::new();
 /// register_gpq(&ctx, "lineitem", "data/lineitem.parquet", GpqTableOptions::new().with_backend(Backend::Auto))?;
