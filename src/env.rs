@@ -8,10 +8,12 @@
 //! | variable | what | default |
 //! | --- | --- | --- |
 //! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
+//! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
 //! | `GPQ_KERNEL_CACHE` | directory of compiled kernels | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
 //! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
 //! | `GPQ_PINNED_HOST_BYTES` | most bytes of page-locked host slabs per device (`0`: none) | a quarter of host memory, at most 16 GiB |
+//! | `GPQ_NVCOMP_DEADLINE_S` | seconds nvCOMP may run before its kernels count as hung (plus 1 s per GB of output) | 1 |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
 //!
 //! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
@@ -78,7 +80,22 @@ fn read_options() -> Result<ReadOptions> {
     if let Some(v) = var("GPQ_DEVICE") {
         o.device = v.trim().parse().map_err(|_| invalid("GPQ_DEVICE", &v, "a device ordinal"))?;
     }
+    if let Some(b) = size("GPQ_DEVICE_MEMORY_LIMIT")? {
+        o.device_memory_limit = Some(b);
+    }
+    if let Some(d) = flag("GPQ_SKIP_PAGE_CHECKS")? {
+        o.skip_compressed_page_checks = d;
+    }
     Ok(o)
+}
+
+/// `GPQ_NVCOMP_DEADLINE_S`: the fixed part of nvCOMP's deadline (tools such
+/// as compute-sanitizer slow kernels down a hundredfold).
+pub(crate) fn nvcomp_deadline_base() -> std::time::Duration {
+    var("GPQ_NVCOMP_DEADLINE_S")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(std::time::Duration::from_secs(1), std::time::Duration::from_secs_f64)
 }
 
 /// Where compiled kernels are cached, if anywhere.

@@ -210,6 +210,35 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// The CUDA context of a device was lost during a read (an illegal
+    /// address or a kernel that never finished). gpq discards the context;
+    /// the next read on the device gets a fresh one.
+    #[error("GPU context of device {device} lost ({call}): {detail}; {}", if *recovered { "the device was reset and later reads get a fresh context" } else { "resetting the device failed too" })]
+    GpuContextLost {
+        /// Device ordinal.
+        device: usize,
+        /// The call or stage that found the context gone.
+        call: &'static str,
+        /// The driver's message or what timed out.
+        detail: String,
+        /// Whether the device's context was reset successfully.
+        recovered: bool,
+    },
+
+    /// A read needed more device memory than its budget
+    /// ([`crate::ReadOptions::device_memory_limit`]) allows.
+    #[error("{}: {what} needs {requested} bytes of device memory, over the read's budget of {budget} bytes", file.display())]
+    OverBudget {
+        /// The file.
+        file: PathBuf,
+        /// What the memory was for.
+        what: String,
+        /// Bytes the read would hold at once.
+        requested: u64,
+        /// The budget.
+        budget: u64,
+    },
+
     /// An internal invariant did not hold: a bug in gpq, please report it.
     #[error("internal error in gpq: {0}")]
     Internal(String),
@@ -257,8 +286,18 @@ impl Error {
             Error::Nvcomp(_) => "nvcomp",
             Error::WorkerPanicked { .. } => "worker-panicked",
             Error::BackendMismatch { .. } => "backend-mismatch",
+            Error::GpuContextLost { .. } => "gpu-context-lost",
+            Error::OverBudget { .. } => "over-budget",
             Error::Internal(_) => "internal",
             Error::Arrow(_) => "arrow",
+        }
+    }
+
+    /// The failed driver entry point, for [`Error::Cuda`].
+    pub fn cuda_call(&self) -> Option<&'static str> {
+        match self {
+            Error::Cuda { call, .. } => Some(call),
+            _ => None,
         }
     }
 
@@ -274,7 +313,7 @@ impl Error {
     /// address, a failed launch and the like are sticky: every later call in
     /// the process fails too).
     pub fn is_context_lost(&self) -> bool {
-        self.cuda_code().is_some_and(|c| CONTEXT_LOST.contains(&c))
+        matches!(self, Error::GpuContextLost { .. }) || self.cuda_code().is_some_and(|c| CONTEXT_LOST.contains(&c))
     }
 
     /// Whether the input file is at fault (corrupt, truncated, not Parquet),
@@ -354,6 +393,9 @@ pub enum CorruptKind {
     DecimalTooWide = 15,
     /// A definition level above the column's maximum.
     LevelOutOfRange = 16,
+    /// A compressed page fails the structural check made before
+    /// decompression (and the CPU decoder rejects it too).
+    MalformedCompressedData = 17,
     /// The page's bytes do not decompress to the size its header says.
     Decompression = 101,
     /// Sizes in the header contradict each other or the stored bytes.
@@ -370,7 +412,7 @@ pub enum CorruptKind {
 
 impl CorruptKind {
     /// Every kind, kernel codes first.
-    pub const ALL: [CorruptKind; 22] = [
+    pub const ALL: [CorruptKind; 23] = [
         CorruptKind::TruncatedHeader,
         CorruptKind::BadHeader,
         CorruptKind::PageOutOfChunk,
@@ -387,6 +429,7 @@ impl CorruptKind {
         CorruptKind::NoDictionary,
         CorruptKind::DecimalTooWide,
         CorruptKind::LevelOutOfRange,
+        CorruptKind::MalformedCompressedData,
         CorruptKind::Decompression,
         CorruptKind::SizeMismatch,
         CorruptKind::ValueCountMismatch,
@@ -429,6 +472,7 @@ impl CorruptKind {
             CorruptKind::NoDictionary => "dictionary-encoded page without a dictionary page",
             CorruptKind::DecimalTooWide => "decimal byte array longer than the output type",
             CorruptKind::LevelOutOfRange => "definition level out of range",
+            CorruptKind::MalformedCompressedData => "compressed page is malformed",
             CorruptKind::Decompression => "page does not decompress",
             CorruptKind::SizeMismatch => "page sizes contradict each other",
             CorruptKind::ValueCountMismatch => "pages hold another number of values than the column chunk",
@@ -459,7 +503,7 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), CorruptKind::ALL.len());
         assert_eq!(CorruptKind::from_code(0), None);
-        assert_eq!(CorruptKind::from_code(17), None);
+        assert_eq!(CorruptKind::from_code(18), None);
     }
 
     #[test]

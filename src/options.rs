@@ -200,6 +200,17 @@ pub struct ReadOptions {
     pub device: usize,
     /// Which decompressor to use.
     pub decompress: DecompressMode,
+    /// Most bytes of device memory the read may hold at once (its input
+    /// chunks, decompressed pages and output columns); a read that would
+    /// need more fails with [`Error::OverBudget`] before allocating.
+    /// `None`: bounded only by the device (and by what the file's footer
+    /// can justify, which every read checks).
+    pub device_memory_limit: Option<u64>,
+    /// Hand compressed pages to nvCOMP without first checking their
+    /// structure on the device. Only for measuring what the check costs:
+    /// nvCOMP reads and writes out of bounds on corrupt input, which loses
+    /// the GPU context. Default `false`.
+    pub skip_compressed_page_checks: bool,
 }
 
 impl ReadOptions {
@@ -257,6 +268,12 @@ impl ReadOptions {
     /// Choose the decompressor.
     pub fn with_decompress(mut self, mode: DecompressMode) -> Self {
         self.decompress = mode;
+        self
+    }
+
+    /// Cap the device memory the read may hold at once.
+    pub fn with_device_memory_limit(mut self, bytes: u64) -> Self {
+        self.device_memory_limit = Some(bytes);
         self
     }
 

@@ -4,11 +4,15 @@
 use std::path::Path;
 use std::time::Instant;
 
+use std::sync::Arc;
+
+use tracing::warn;
+
 use crate::arrow::{DeviceColumn, DeviceTable};
-use crate::cuda::GpuContext;
-use crate::error::Result;
+use crate::cuda::{GpuContext, GpuStream, MemoryBudget};
+use crate::error::{Error, Result};
 use crate::io::{DeviceChunks, read_chunks};
-use crate::options::ReadOptions;
+use crate::options::{DecompressMode, ReadOptions};
 use crate::plan::{Footer, ReadPlan};
 use crate::stats::ReadStats;
 
@@ -19,8 +23,33 @@ pub fn read_column_chunks(path: impl AsRef<Path>, options: &ReadOptions) -> Resu
     let plan = ReadPlan::new(path.as_ref(), options)?;
     let plan_time = t0.elapsed();
     let ctx = GpuContext::get(options.device)?;
-    let stream = ctx.new_stream()?;
-    read_chunks(plan, plan_time, &stream, &options.io)
+    let stream = read_stream(&ctx, path.as_ref(), options)?;
+    read_chunks(plan, plan_time, &stream, &options.io).map_err(|e| after_failure(&ctx, &stream, e))
+}
+
+/// Appended to the error of a file that made nvCOMP hang.
+pub(crate) const NVCOMP_HUNG: &str = "nvCOMP never finished on this file, so the device was reset and the file read again with CPU decompression";
+
+/// The stream a read runs on, charged to the read's memory budget if it has one.
+fn read_stream(ctx: &Arc<GpuContext>, path: &Path, options: &ReadOptions) -> Result<Arc<GpuStream>> {
+    let budget = options.device_memory_limit.map(|limit| MemoryBudget::new(path, limit));
+    ctx.new_stream_with_budget(budget)
+}
+
+/// Cleans up after a failed read: a lost context is reset (so the next read
+/// works) and reported as [`Error::GpuContextLost`]; otherwise the memory the
+/// read took goes back to the driver, leaving the device as it was.
+fn after_failure(ctx: &Arc<GpuContext>, stream: &Arc<GpuStream>, e: Error) -> Error {
+    if matches!(e, Error::GpuContextLost { .. }) {
+        return e;
+    }
+    if e.is_context_lost() {
+        return ctx.lose(e.cuda_call().unwrap_or("a CUDA call"), e.to_string());
+    }
+    if stream.synchronize().is_ok() {
+        ctx.trim_pool();
+    }
+    e
 }
 
 /// Whether the GPU decodes every column of `plan`; the error says why not
@@ -70,9 +99,36 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
     can_decode(&plan)?;
     let plan_time = t0.elapsed();
     let ctx = GpuContext::get(options.device)?;
-    let stream = ctx.new_stream()?;
-    let chunks = read_chunks(plan, plan_time, &stream, &options.io)?;
-    let decoded = crate::decode::decode(&chunks, options.decompress)?;
+    let stream = read_stream(&ctx, path, options)?;
+    let footer = Footer { file_size: plan.file_size(), metadata: plan.metadata().clone() };
+    match read_on(plan, plan_time, t0, &stream, options).map_err(|e| after_failure(&ctx, &stream, e)) {
+        // nvCOMP never finished (it can loop forever on a corrupt ZSTD page
+        // the device check cannot see into): the device was reset; the CPU
+        // decoders give the page's verdict.
+        Err(Error::GpuContextLost { call: "cuStreamQuery", recovered: true, detail, .. })
+            if options.decompress != DecompressMode::Cpu =>
+        {
+            warn!(file = %path.display(), %detail, "reading again with CPU decompression after nvCOMP hung");
+            let cpu = ReadOptions { decompress: DecompressMode::Cpu, ..options.clone() };
+            read_with(path, Some(footer), &cpu).map_err(|e| match e {
+                Error::CorruptPage { file, row_group, column, page, kind, detail } => Error::CorruptPage {
+                    file,
+                    row_group,
+                    column,
+                    page,
+                    kind,
+                    detail: format!("{detail}; {NVCOMP_HUNG}"),
+                },
+                other => other,
+            })
+        }
+        other => other,
+    }
+}
+
+fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: &Arc<GpuStream>, options: &ReadOptions) -> Result<DeviceTable> {
+    let chunks = read_chunks(plan, plan_time, stream, &options.io)?;
+    let decoded = crate::decode::decode(&chunks, options.decompress, !options.skip_compressed_page_checks)?;
     let stats = ReadStats {
         io: Some(chunks.io().clone()),
         plan: plan_time,

@@ -51,6 +51,9 @@ pub struct DecompressStats {
     pub nvcomp_version: Option<String>,
     /// Why pages went to the CPU, if any did.
     pub fallback: Option<String>,
+    /// Pages the device's structural check kept from nvCOMP (they went to
+    /// the CPU decoder instead).
+    pub check_rejected: usize,
 }
 
 impl DecompressStats {

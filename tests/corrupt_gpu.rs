@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "page_larger_than_its_chunk", page_larger_than_its_chunk),
         gpu_trial(&device, "dictionary_index_out_of_range", dictionary_index_out_of_range),
         gpu_trial(&device, "value_count_larger_than_the_page", value_count_larger_than_the_page),
+        gpu_trial(&device, "level_stream_shorter_than_the_page", level_stream_shorter_than_the_page),
         gpu_trial(&device, "random_byte_flips_are_errors_or_right_answers", random_byte_flips_are_errors_or_right_answers),
     ])
 }
@@ -93,6 +94,35 @@ fn healthy_afterwards(dir: &Path) {
     let t = read_parquet_to_device(&good, &ReadOptions::new()).unwrap();
     let expected = common::arrow_rs(&good).unwrap();
     common::assert_batches_equal("read after a corrupt file", &expected, &t.to_record_batch().unwrap());
+}
+
+/// A nullable v1 page of 2048 values whose definition levels cover only
+/// 1024: the second batch of the decode kernel finds the level stream
+/// exhausted (the case where the kernels' loop exits must stay uniform
+/// across the block; compute-sanitizer's synccheck watches it on the device).
+fn level_stream_shorter_than_the_page(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let values: ArrayRef = Arc::new(Int64Array::from_iter((0..2048).map(Some)));
+    let batch = RecordBatch::try_from_iter_with_nullable(vec![("v", values, true)]).unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .set_writer_version(parquet::file::properties::WriterVersion::PARQUET_1_0)
+        .build();
+    let path = dir.path().join("levels.parquet");
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = chunk_start(&path, 0);
+    // The levels: a 4-byte length (3), then one RLE run of 2048 ones (varint 4096 = 0x80 0x20, value 0x01).
+    let run = [3u8, 0, 0, 0, 0x80, 0x20, 0x01];
+    let found = bytes[at..].windows(run.len()).position(|w| w == run).expect("a single RLE run of definition levels") + at;
+    bytes[found + 5] = 0x10; // a run of 1024
+    std::fs::write(&path, &bytes).unwrap();
+    let (page, _) = expect_corrupt(&path, "v", &[CorruptKind::TooFewValues, CorruptKind::BadRleRun]);
+    assert_eq!(page, 0);
+    healthy_afterwards(dir.path());
 }
 
 fn page_header_with_a_stop_byte(_ctx: &Arc<GpuContext>) {

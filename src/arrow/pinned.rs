@@ -27,7 +27,7 @@ use tracing::{debug, warn};
 
 use super::DeviceTable;
 use crate::error::Result;
-use crate::cuda::{GpuContext, GpuStream, PinnedBuffer};
+use crate::cuda::{ContextKey, GpuContext, GpuStream, PinnedBuffer};
 
 /// Slabs are sized in multiples of this, so tables of similar size share them.
 const SLAB_GRANULE: usize = 32 << 20;
@@ -75,9 +75,12 @@ fn configured_capacity() -> u64 {
 impl PinnedHostPool {
     /// The process-wide pool of `ctx`'s device.
     pub fn for_context(ctx: &Arc<GpuContext>) -> Arc<PinnedHostPool> {
-        static POOLS: OnceLock<Mutex<HashMap<(usize, bool), Arc<PinnedHostPool>>>> = OnceLock::new();
+        static POOLS: OnceLock<Mutex<HashMap<ContextKey, Arc<PinnedHostPool>>>> = OnceLock::new();
         let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(pools.entry(ctx.key()).or_insert_with(|| Self::with_capacity(ctx, configured_capacity())))
+        let key = ctx.key();
+        // The pool of a lost (reset) context of this device holds dead slabs.
+        pools.retain(|k, _| (k.0, k.1) != (key.0, key.1) || k.2 == key.2);
+        Arc::clone(pools.entry(key).or_insert_with(|| Self::with_capacity(ctx, configured_capacity())))
     }
 
     /// A private pool holding at most `capacity` bytes of slabs.

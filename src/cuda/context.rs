@@ -9,15 +9,28 @@
 //! on the CPU. It exists for testing kernel logic without a GPU.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use tracing::info;
+use tracing::{error, info};
 
 use super::check;
+use super::memory::MemoryBudget;
 use crate::error::{Error, Result};
+
+/// Identifies a context among all of the process: (ordinal, emulated,
+/// generation). A device whose context was lost and reset gets a new
+/// generation, so per-device state of the old one is never reused.
+pub type ContextKey = (usize, bool, u64);
+
+/// Memory the device's pool keeps for reuse after reads free it, as a share
+/// of the device's memory (the rest goes back to the driver at the next
+/// synchronization).
+const POOL_KEEP_FRACTION: u64 = 2;
+
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Backend {
@@ -28,6 +41,9 @@ pub(crate) enum Backend {
 /// A CUDA device with its primary context (or the CPU emulator).
 pub struct GpuContext {
     ordinal: usize,
+    device: sys::CUdevice,
+    generation: u64,
+    lost: AtomicBool,
     pub(crate) backend: Backend,
     /// Device name as the driver reports it.
     pub name: String,
@@ -112,8 +128,11 @@ impl GpuContext {
         let map = CONTEXTS.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ctx) = map.get(&ordinal) {
-            ctx.bind()?;
-            return Ok(ctx.clone());
+            if !ctx.is_lost() {
+                ctx.bind()?;
+                return Ok(ctx.clone());
+            }
+            map.remove(&ordinal);
         }
         let ctx = Arc::new(Self::create(ordinal)?);
         map.insert(ordinal, ctx.clone());
@@ -129,6 +148,9 @@ impl GpuContext {
             .get_or_init(|| {
                 Arc::new(GpuContext {
                     ordinal: 0,
+                    device: 0,
+                    generation: 0,
+                    lost: AtomicBool::new(false),
                     backend: Backend::Emulated,
                     name: "gpq CPU emulator".into(),
                     compute_capability: (9, 0),
@@ -164,9 +186,11 @@ impl GpuContext {
 
             // Keep freed memory in the pool: reads allocate gigabytes and give
             // them back, and going to the driver each time costs milliseconds.
+            // But not without bound: what a read freed beyond the threshold
+            // goes back to the driver (and to other processes).
             let mut pool = std::ptr::null_mut();
             check("cuDeviceGetDefaultMemPool", sys::cuDeviceGetDefaultMemPool(&mut pool, dev))?;
-            let mut threshold: u64 = u64::MAX;
+            let mut threshold: u64 = total as u64 / POOL_KEEP_FRACTION;
             check(
                 "cuMemPoolSetAttribute",
                 sys::cuMemPoolSetAttribute(
@@ -178,6 +202,9 @@ impl GpuContext {
             info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, "CUDA device ready");
             Ok(GpuContext {
                 ordinal,
+                device: dev,
+                generation: GENERATION.fetch_add(1, Ordering::Relaxed) + 1,
+                lost: AtomicBool::new(false),
                 backend: Backend::Cuda { ctx, pool },
                 name,
                 compute_capability: (major, minor),
@@ -218,10 +245,66 @@ impl GpuContext {
         Ok((free as u64, total as u64))
     }
 
+    /// Whether this context was lost (and the device reset): its memory,
+    /// streams and modules are gone, and [`GpuContext::get`] hands out a
+    /// fresh context instead.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Declares the context lost after `call` failed with an error that
+    /// poisons it (or a kernel never finished), resets the device's primary
+    /// context so that the next read gets a working one, and returns the
+    /// error to report. Objects of the lost context stay safe to drop.
+    pub fn lose(&self, call: &'static str, detail: impl Into<String>) -> Error {
+        let detail = detail.into();
+        let recovered = match self.backend {
+            Backend::Emulated => true,
+            Backend::Cuda { .. } => {
+                if self.lost.swap(true, Ordering::SeqCst) {
+                    true
+                } else {
+                    if let Some(map) = CONTEXTS.get() {
+                        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+                        if map.get(&self.ordinal).is_some_and(|c| c.generation == self.generation) {
+                            map.remove(&self.ordinal);
+                        }
+                    }
+                    // SAFETY: resets the device's primary context; every handle of
+                    // this context is treated as dead from here on (drops skip them).
+                    let r = unsafe { sys::cuDevicePrimaryCtxReset_v2(self.device) };
+                    let ok = r == sys::CUresult::CUDA_SUCCESS;
+                    error!(device = self.ordinal, call, %detail, reset = ?r, "GPU context lost; device reset");
+                    ok
+                }
+            }
+        };
+        Error::GpuContextLost { device: self.ordinal, call, detail, recovered }
+    }
+
+    /// Returns the pool's unused memory to the driver (after a failed read,
+    /// so that it leaves device memory as it found it).
+    pub fn trim_pool(&self) {
+        if let Backend::Cuda { pool, .. } = self.backend {
+            if self.is_lost() || self.bind().is_err() {
+                return;
+            }
+            // SAFETY: the pool belongs to this live context.
+            unsafe {
+                sys::cuMemPoolTrimTo(pool, 0);
+            }
+        }
+    }
+
     /// Creates a new non-blocking stream.
     pub fn new_stream(self: &Arc<Self>) -> Result<Arc<GpuStream>> {
+        self.new_stream_with_budget(None)
+    }
+
+    /// Creates a new non-blocking stream whose allocations are charged to `budget`.
+    pub fn new_stream_with_budget(self: &Arc<Self>, budget: Option<Arc<MemoryBudget>>) -> Result<Arc<GpuStream>> {
         if self.is_emulated() {
-            return Ok(Arc::new(GpuStream { stream: std::ptr::null_mut(), ctx: self.clone() }));
+            return Ok(Arc::new(GpuStream { stream: std::ptr::null_mut(), ctx: self.clone(), budget }));
         }
         self.bind()?;
         let mut s = std::ptr::null_mut();
@@ -229,13 +312,13 @@ impl GpuContext {
         check("cuStreamCreate", unsafe {
             sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
         })?;
-        Ok(Arc::new(GpuStream { stream: s, ctx: self.clone() }))
+        Ok(Arc::new(GpuStream { stream: s, ctx: self.clone(), budget }))
     }
 
-    /// Identifies the context among all of the process: (ordinal, emulated).
-    /// Stages key their per-device state by it.
-    pub fn key(&self) -> (usize, bool) {
-        (self.ordinal, self.is_emulated())
+    /// Identifies the context among all of the process. Stages key their
+    /// per-device state by it.
+    pub fn key(&self) -> ContextKey {
+        (self.ordinal, self.is_emulated(), self.generation)
     }
 
     /// Architecture name for NVRTC, e.g. `sm_90`.
@@ -259,6 +342,7 @@ impl std::fmt::Debug for GpuContext {
 pub struct GpuStream {
     stream: sys::CUstream,
     ctx: Arc<GpuContext>,
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 // A stream handle may be used from any thread with the context current.
@@ -274,6 +358,36 @@ impl GpuStream {
     /// The owning context.
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
+    }
+
+    /// The memory budget its allocations are charged to, if any.
+    pub fn budget(&self) -> Option<&Arc<MemoryBudget>> {
+        self.budget.as_ref()
+    }
+
+    /// Waits for the stream like [`GpuStream::synchronize`], but at most
+    /// `limit`: work still running then (a kernel that never finishes on
+    /// corrupt input) cannot be cancelled, so the context is declared lost
+    /// and the device reset ([`GpuContext::lose`]).
+    pub fn synchronize_within(&self, limit: Duration, what: &str) -> Result<()> {
+        if self.ctx.is_emulated() {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            // SAFETY: the stream is alive.
+            let r = unsafe { sys::cuStreamQuery(self.stream) };
+            if r != sys::CUresult::CUDA_ERROR_NOT_READY {
+                return check("cuStreamQuery", r);
+            }
+            if start.elapsed() > limit {
+                return Err(self.ctx.lose("cuStreamQuery", format!("{what} did not finish within {:.1} s", limit.as_secs_f64())));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
     }
 
     /// Blocks until all work queued on the stream is done.
@@ -326,7 +440,7 @@ impl GpuStream {
 
 impl Drop for GpuStream {
     fn drop(&mut self) {
-        if self.ctx.is_emulated() {
+        if self.ctx.is_emulated() || self.ctx.is_lost() {
             return;
         }
         let _ = self.ctx.bind();
@@ -346,7 +460,7 @@ enum EventRaw {
 /// A CUDA event.
 pub struct GpuEvent {
     raw: EventRaw,
-    _ctx: Arc<GpuContext>,
+    ctx: Arc<GpuContext>,
 }
 
 unsafe impl Send for GpuEvent {}
@@ -356,7 +470,7 @@ impl GpuEvent {
     /// Creates an event; `timing` enables elapsed-time queries.
     pub fn new(ctx: &Arc<GpuContext>, timing: bool) -> Result<GpuEvent> {
         if ctx.is_emulated() {
-            return Ok(GpuEvent { raw: EventRaw::Emulated(Mutex::new(None)), _ctx: ctx.clone() });
+            return Ok(GpuEvent { raw: EventRaw::Emulated(Mutex::new(None)), ctx: ctx.clone() });
         }
         ctx.bind()?;
         let flags = if timing {
@@ -367,7 +481,7 @@ impl GpuEvent {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out pointer.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
-        Ok(GpuEvent { raw: EventRaw::Cuda(raw), _ctx: ctx.clone() })
+        Ok(GpuEvent { raw: EventRaw::Cuda(raw), ctx: ctx.clone() })
     }
 
     /// Records the event on `stream`.
@@ -415,6 +529,9 @@ impl GpuEvent {
 impl Drop for GpuEvent {
     fn drop(&mut self) {
         if let EventRaw::Cuda(e) = self.raw {
+            if self.ctx.is_lost() {
+                return;
+            }
             // SAFETY: not used after this.
             unsafe {
                 sys::cuEventDestroy_v2(e);

@@ -1,7 +1,9 @@
 //! Device buffers (stream-ordered pool allocations, or plain `cuMemAlloc`
 //! where a buffer must be registered with cuFile) and pinned host buffers.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys;
 
@@ -26,6 +28,69 @@ pub struct DeviceBuffer {
     len: u64,
     alloc: Alloc,
     ctx: Arc<GpuContext>,
+    budget: Option<Arc<MemoryBudget>>,
+}
+
+/// The device memory one read may hold at once. Buffers allocated on a
+/// stream that carries a budget are charged to it until they are dropped; a
+/// request that would exceed it fails with [`Error::OverBudget`] before the
+/// driver is asked.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    file: PathBuf,
+    limit: u64,
+    used: AtomicU64,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes for reading `file` (named in errors).
+    pub fn new(file: impl Into<PathBuf>, limit: u64) -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget { file: file.into(), limit, used: AtomicU64::new(0) })
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes charged now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Fails unless `len` more bytes fit; does not charge them.
+    pub fn check(&self, len: u64, what: &str) -> Result<()> {
+        let used = self.used();
+        match used.checked_add(len) {
+            Some(total) if total <= self.limit => Ok(()),
+            _ => Err(Error::OverBudget {
+                file: self.file.clone(),
+                what: what.to_string(),
+                requested: used.saturating_add(len),
+                budget: self.limit,
+            }),
+        }
+    }
+
+    fn charge(&self, len: u64, what: &str) -> Result<()> {
+        let mut used = self.used();
+        loop {
+            let total = used.checked_add(len).filter(|t| *t <= self.limit).ok_or_else(|| Error::OverBudget {
+                file: self.file.clone(),
+                what: what.to_string(),
+                requested: used.saturating_add(len),
+                budget: self.limit,
+            })?;
+            match self.used.compare_exchange_weak(used, total, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn release(&self, len: u64) {
+        self.used.fetch_sub(len, Ordering::Relaxed);
+    }
 }
 
 // Device pointers may be used from any thread with the context current.
@@ -44,12 +109,15 @@ impl DeviceBuffer {
     pub fn alloc(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
         let ctx = stream.context().clone();
         if len == 0 {
-            return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx });
+            return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx, budget: None });
         }
         let pool = match ctx.backend {
             Backend::Cuda { pool, .. } => pool,
-            Backend::Emulated => return emulated_alloc(&ctx, len, what),
+            Backend::Emulated => return emulated_alloc(&ctx, len, what)?.charged(stream.budget(), what),
         };
+        if let Some(b) = stream.budget() {
+            b.check(len, what)?;
+        }
         ctx.bind()?;
         let mut ptr = 0;
         // SAFETY: valid out pointer; pool and stream belong to this context.
@@ -58,13 +126,22 @@ impl DeviceBuffer {
             return Err(out_of_memory(&ctx, len, what));
         }
         check("cuMemAllocFromPoolAsync", r)?;
-        Ok(DeviceBuffer { ptr, len, alloc: Alloc::Pool(stream.clone()), ctx })
+        DeviceBuffer { ptr, len, alloc: Alloc::Pool(stream.clone()), ctx, budget: None }.charged(stream.budget(), what)
+    }
+
+    /// Charges this buffer to `budget` (if any) until it is dropped.
+    pub(crate) fn charged(mut self, budget: Option<&Arc<MemoryBudget>>, what: &str) -> Result<DeviceBuffer> {
+        if let Some(b) = budget {
+            b.charge(self.len, what)?;
+            self.budget = Some(b.clone());
+        }
+        Ok(self)
     }
 
     /// Allocates `len` bytes with `cuMemAlloc` (synchronous, registrable with cuFile).
     pub fn alloc_plain(ctx: &Arc<GpuContext>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
         if len == 0 {
-            return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx: ctx.clone() });
+            return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx: ctx.clone(), budget: None });
         }
         if ctx.is_emulated() {
             return emulated_alloc(ctx, len, what);
@@ -77,7 +154,7 @@ impl DeviceBuffer {
             return Err(out_of_memory(ctx, len, what));
         }
         check("cuMemAlloc", r)?;
-        Ok(DeviceBuffer { ptr, len, alloc: Alloc::Plain, ctx: ctx.clone() })
+        Ok(DeviceBuffer { ptr, len, alloc: Alloc::Plain, ctx: ctx.clone(), budget: None })
     }
 
     /// Allocates and copies `data` in, ordered on `stream` (synchronous with respect to `data`).
@@ -201,6 +278,13 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.release(self.len);
+        }
+        if self.ctx.is_lost() {
+            // The context's reset freed the memory with everything else.
+            return;
+        }
         let _ = self.ctx.bind();
         // SAFETY: the pointer came from the matching allocator and is not used again.
         unsafe {
@@ -231,7 +315,7 @@ fn emulated_alloc(ctx: &Arc<GpuContext>, len: u64, what: &'static str) -> Result
     if p.is_null() {
         return Err(out_of_memory(ctx, len, what));
     }
-    Ok(DeviceBuffer { ptr: p as u64, len, alloc: Alloc::Emulated, ctx: ctx.clone() })
+    Ok(DeviceBuffer { ptr: p as u64, len, alloc: Alloc::Emulated, ctx: ctx.clone(), budget: None })
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -305,6 +389,9 @@ impl Drop for PinnedBuffer {
         if self.ctx.is_emulated() {
             // SAFETY: allocated with this layout in `new`.
             unsafe { std::alloc::dealloc(self.ptr, emulated_layout(self.len)) };
+            return;
+        }
+        if self.ctx.is_lost() {
             return;
         }
         let _ = self.ctx.bind();

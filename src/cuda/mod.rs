@@ -13,8 +13,8 @@
 mod context;
 mod memory;
 
-pub use context::{GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, use_emulator};
-pub use memory::{DeviceBuffer, PinnedBuffer};
+pub use context::{ContextKey, GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, use_emulator};
+pub use memory::{DeviceBuffer, MemoryBudget, PinnedBuffer};
 pub(crate) use memory::{as_bytes, from_bytes};
 
 

@@ -8,10 +8,20 @@
 //! and every codec where nvCOMP is missing or not wanted, are decompressed on
 //! the CPU with several threads; that fallback is logged and counted in the
 //! statistics. Uncompressed pages are decoded where they lie.
+//!
+//! nvCOMP trusts its input (its headers say corrupt data is undefined
+//! behaviour; on the H200 it reads gigabytes out of bounds or never
+//! finishes). So before nvCOMP runs, the `gpq_check_compressed` kernel walks
+//! every SNAPPY, LZ4_RAW and ZSTD page on the device and swaps any page that
+//! fails for an empty stream; such pages go to the CPU decoder, whose verdict
+//! stands. GZIP pages have no device check yet and go to the CPU. The sizes
+//! pages promise are checked against the footer before anything is
+//! allocated, and the wait for nvCOMP has a deadline: a kernel still running
+//! then loses the context, which gpq resets (`GpuContext::lose`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parquet::basic::Compression;
 use tracing::{info, warn};
@@ -68,10 +78,23 @@ struct Job {
 
 const SLOT_ALIGN: u64 = 256;
 
-/// Decompresses every compressed page of `table`.
-pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: DecompressMode) -> Result<Decompressed> {
+/// How long nvCOMP may take before its kernels are taken for hung: a fixed
+/// allowance plus a rate far below what any GPU decompresses at.
+fn nvcomp_deadline(output_bytes: u64) -> Duration {
+    crate::env::nvcomp_deadline_base() + Duration::from_secs_f64(output_bytes as f64 / 1e9)
+}
+
+/// Decompresses every compressed page of `table`. With `check_pages`, pages
+/// pass the device's structural check before nvCOMP sees them.
+pub(crate) fn decompress(
+    chunks: &DeviceChunks,
+    table: &PageTable,
+    mode: DecompressMode,
+    check_pages: bool,
+) -> Result<Decompressed> {
     table.check_source(chunks)?;
     let (plan, raw, stream) = (chunks.plan(), chunks.buffer(), chunks.stream());
+    check_against_footer(plan, table)?;
     let mut pages = vec![(0u64, 0u32); table.pages.len()];
     let mut jobs: Vec<Job> = Vec::new();
     let mut level_copies: Vec<(u64, u64, u64)> = Vec::new(); // (src, dst offset, len)
@@ -154,6 +177,16 @@ pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: Decompr
     let mut reasons: Vec<String> = Vec::new();
     for j in &jobs {
         match (&lib, Codec::for_parquet(j.codec)) {
+            (Ok(_), Some(Codec::Gzip)) if check_pages => {
+                let why = "GZIP pages are not checked on the device, so nvCOMP does not get them".to_string();
+                if mode == DecompressMode::Nvcomp {
+                    return Err(Error::Nvcomp(why));
+                }
+                if !reasons.contains(&why) {
+                    reasons.push(why);
+                }
+                cpu.push(j);
+            }
             (Ok(l), Some(c)) if l.supports(c) => gpu.entry(c).or_default().push(j),
             (Ok(_), _) => {
                 let why = format!("nvCOMP has no {:?} decoder", j.codec);
@@ -227,9 +260,12 @@ pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: Decompr
             host.extend(list.iter().map(|j| j.out_len as u64));
             host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
             let d_in = DeviceBuffer::from_host(stream, as_bytes(&host), "nvCOMP arguments")?;
-            // Actual sizes (u64 each), then statuses (i32 each).
-            let d_out = DeviceBuffer::alloc(stream, 8 * n as u64 + 4 * n as u64, "nvCOMP results")?;
+            // Actual sizes (u64 each), statuses (i32 each), check verdicts (u32 each).
+            let d_out = DeviceBuffer::alloc(stream, 16 * n as u64, "nvCOMP results")?;
             d_out.fill(stream, 0xff)?;
+            if check_pages {
+                check_on_device(stream, &kernels, codec, &d_in, n, d_out.ptr() + 12 * n as u64, &mut scratch)?;
+            }
             let max_chunk = list.iter().map(|j| j.out_len).max().unwrap_or(0);
             let total: usize = list.iter().map(|j| j.out_len).sum();
             let temp_bytes = l.temp_size(codec, n, max_chunk, total, stream.raw().cast()).map_err(Error::Nvcomp)?;
@@ -255,7 +291,11 @@ pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: Decompr
         }
         stats.nvcomp_version = Some(l.version.clone());
     }
-    stream.synchronize()?;
+    if stats.gpu_pages > 0 {
+        stream.synchronize_within(nvcomp_deadline(stats.decompressed_bytes), "nvCOMP decompression")?;
+    } else {
+        stream.synchronize()?;
+    }
     drop(scratch);
 
     let mut job_of_page = vec![usize::MAX; table.pages.len()];
@@ -270,10 +310,14 @@ pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: Decompr
         let n = page_ids.len();
         let bytes = d_out.to_host()?;
         let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
-        let statuses: Vec<i32> = from_bytes(&bytes[8 * n..]);
+        let statuses: Vec<i32> = from_bytes(&bytes[8 * n..12 * n]);
+        let verdicts: Vec<u32> = from_bytes(&bytes[12 * n..]);
         for (k, &pi) in page_ids.iter().enumerate() {
             let job = &jobs[job_of_page[pi]];
-            let problem = if statuses[k] != 0 {
+            let problem = if verdicts[k] != 0 && verdicts[k] != u32::MAX {
+                stats.check_rejected += 1;
+                Some(format!("{codec:?} page fails the device check: {}", nvcomp::check_reason(verdicts[k])))
+            } else if statuses[k] != 0 {
                 Some(format!("nvCOMP {codec:?}: {} ({})", nvcomp::status_name(statuses[k]), statuses[k]))
             } else if sizes[k] != job.out_len as u64 {
                 Some(format!("nvCOMP {codec:?} decompressed to {} bytes, the page header says {}", sizes[k], job.out_len))
@@ -302,6 +346,91 @@ pub(crate) fn decompress(chunks: &DeviceChunks, table: &PageTable, mode: Decompr
         info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
     }
     Ok(Decompressed { pages, _buffer: buffer, stats, source })
+}
+
+/// Fails when a chunk's pages promise more uncompressed bytes than the
+/// footer's `total_uncompressed_size` for the chunk, before anything is
+/// allocated for them.
+fn check_against_footer(plan: &ReadPlan, table: &PageTable) -> Result<()> {
+    for (ci, chunk) in table.chunks.iter().enumerate() {
+        let limit = plan.chunks[ci].uncompressed_size;
+        let mut total = 0u64;
+        for pi in chunk.dictionary.iter().chain(&chunk.data) {
+            let p = &table.pages[*pi];
+            total += p.uncompressed_size.max(0) as u64;
+            if total > limit {
+                return Err(corrupt(
+                    plan,
+                    ci,
+                    table.page_in_chunk(*pi),
+                    CorruptKind::SizeMismatch,
+                    format!("the chunk's pages promise {total}+ uncompressed bytes, its footer entry says {limit} in all"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Queues `gpq_check_compressed` over the `n` pages whose nvCOMP arguments
+/// are in `args` (pointers, sizes, capacities); verdicts go to `verdicts`.
+fn check_on_device(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    codec: Codec,
+    args: &DeviceBuffer,
+    n: usize,
+    verdicts: u64,
+    keep: &mut Vec<DeviceBuffer>,
+) -> Result<()> {
+    let Some((code, empty)) = nvcomp::empty_stream(codec) else {
+        return Err(Error::Internal(format!("no device check for {codec:?} pages")));
+    };
+    let d_empty = DeviceBuffer::from_host(stream, &empty, "empty compressed stream")?;
+    let base = args.ptr();
+    let count = u32::try_from(n).map_err(|_| Error::Internal(format!("{n} pages in one nvCOMP batch")))?;
+    let mut a = KernelArgs::new()
+        .arg(base)
+        .arg(base + 8 * n as u64)
+        .arg(base + 16 * n as u64)
+        .arg(code)
+        .arg(count)
+        .arg(d_empty.ptr())
+        .arg(empty.len() as u64)
+        .arg(verdicts);
+    // SAFETY: arguments match gpq_check_compressed; the three arrays hold n
+    // entries each, `verdicts` n u32s; `d_empty` lives in `keep` until the
+    // stream is synchronized.
+    unsafe { kernels.launch(Kernel::CheckCompressed, count.div_ceil(128), 128, 0, stream, &mut a)? };
+    keep.push(d_empty);
+    Ok(())
+}
+
+/// The device check alone, over host pages (for tests).
+#[cfg(feature = "test-util")]
+pub(crate) fn check_standalone(stream: &Arc<GpuStream>, codec: Compression, pages: &[(&[u8], u64)]) -> Result<Vec<u32>> {
+    let codec = Codec::for_parquet(codec).ok_or_else(|| Error::InvalidOptions(format!("no device check for {codec:?}")))?;
+    let n = pages.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut offsets = Vec::with_capacity(n);
+    let mut blob = Vec::new();
+    for (bytes, _) in pages {
+        offsets.push(blob.len() as u64);
+        blob.extend_from_slice(bytes);
+    }
+    let d_blob = DeviceBuffer::from_host(stream, &blob, "test pages")?;
+    let mut host: Vec<u64> = offsets.iter().map(|o| d_blob.ptr() + o).collect();
+    host.extend(pages.iter().map(|(b, _)| b.len() as u64));
+    host.extend(pages.iter().map(|(_, out)| *out));
+    let d_args = DeviceBuffer::from_host(stream, as_bytes(&host), "test arguments")?;
+    let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "test verdicts")?;
+    let kernels = Kernels::for_context(stream.context())?;
+    let mut keep = Vec::new();
+    check_on_device(stream, &kernels, codec, &d_args, n, d_verdicts.ptr(), &mut keep)?;
+    stream.synchronize()?;
+    Ok(from_bytes(&d_verdicts.to_host()?))
 }
 
 fn batched_copy(
@@ -352,7 +481,10 @@ fn cpu_decompress(
     let input = raw.copy_range_to_host(in_lo, in_hi - in_lo)?;
     let lo = jobs.iter().map(|j| j.out_offset).min().unwrap_or(0);
     let hi = jobs.iter().map(|j| j.out_offset + j.out_len as u64).max().unwrap_or(0);
-    let mut host = vec![0u8; (hi - lo) as usize];
+    let mut host = Vec::new();
+    host.try_reserve_exact((hi - lo) as usize)
+        .map_err(|_| Error::OutOfHostMemory { requested: hi - lo, what: "CPU decompression output" })?;
+    host.resize((hi - lo) as usize, 0u8);
     let mut order: Vec<&&Job> = jobs.iter().collect();
     order.sort_by_key(|j| j.out_offset);
     let mut slices: Vec<(&Job, &mut [u8])> = Vec::with_capacity(order.len());

@@ -31,7 +31,6 @@ pub(crate) mod values;
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::{DataType, FieldRef};
-use parquet::arrow::parquet_to_arrow_schema;
 use parquet::basic::Encoding;
 
 use crate::cuda::DeviceBuffer;
@@ -116,8 +115,7 @@ fn unsupported(plan: &ReadPlan, column: usize, what: impl Into<String>) -> Error
 /// Decides how each column is decoded, or why it cannot be.
 pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
     let md = plan.metadata.file_metadata();
-    let natural = parquet_to_arrow_schema(md.schema_descr(), None)
-        .map_err(|source| Error::Metadata { file: plan.path.clone(), source })?;
+    let natural = crate::plan::arrow_schema_of(&plan.path, md.schema_descr(), None)?;
     plan.columns
         .iter()
         .enumerate()
@@ -130,7 +128,11 @@ pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
                 ));
             }
             let leaf = &col.leaves[0];
-            let natural_type = natural.field(col.root_index).data_type();
+            let natural_type = natural
+                .fields()
+                .get(col.root_index)
+                .ok_or_else(|| Error::Internal(format!("column {ci} has root {} of {}", col.root_index, natural.fields().len())))?
+                .data_type();
             types::recipe(leaf, col.field.data_type(), natural_type).ok_or_else(|| {
                 unsupported(
                     plan,
@@ -176,8 +178,9 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
     Ok(())
 }
 
-/// Decodes the chunks of a read into device columns.
-pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode) -> Result<Decoded> {
+/// Decodes the chunks of a read into device columns. `check_pages`: compressed
+/// pages pass the device's structural check before nvCOMP sees them.
+pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode, check_pages: bool) -> Result<Decoded> {
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
     let num_rows = usize::try_from(plan.num_rows)
@@ -200,7 +203,7 @@ pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode) -> Result<Deco
     let page_headers = t.elapsed();
 
     let t = Instant::now();
-    let dec = decompress::decompress(chunks, &table, mode)?;
+    let dec = decompress::decompress(chunks, &table, mode, check_pages)?;
     let decompress = t.elapsed();
     let pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
 
@@ -218,7 +221,50 @@ pub fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
 /// Stage 2 alone: decompresses every page of `table` (`test-util`).
 #[cfg(feature = "test-util")]
 pub fn decompress_pages(chunks: &DeviceChunks, table: &PageTable, mode: DecompressMode) -> Result<Decompressed> {
-    decompress::decompress(chunks, table, mode)
+    decompress::decompress(chunks, table, mode, true)
+}
+
+/// The compressed pages of `table` as nvCOMP would get them: (plan chunk,
+/// page in chunk, codec, compressed bytes, promised uncompressed size), the
+/// bytes copied to the host (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn compressed_pages(
+    chunks: &DeviceChunks,
+    table: &PageTable,
+) -> Result<Vec<(usize, usize, parquet::basic::Compression, Vec<u8>, u64)>> {
+    table.check_source(chunks)?;
+    let plan = chunks.plan();
+    let base = chunks.buffer().ptr();
+    let mut out = Vec::new();
+    for (i, p) in table.pages.iter().enumerate() {
+        let ci = p.chunk as usize;
+        let codec = plan.chunks[ci].codec;
+        if p.page_type == page_type::INDEX
+            || codec == parquet::basic::Compression::UNCOMPRESSED
+            || (p.page_type == page_type::DATA_V2 && p.is_compressed == 0)
+        {
+            continue;
+        }
+        let levels = if p.page_type == page_type::DATA_V2 { (p.def_len + p.rep_len) as u64 } else { 0 };
+        let (len, promised) = ((p.compressed_size as u64).saturating_sub(levels), (p.uncompressed_size as u64).saturating_sub(levels));
+        let bytes = chunks.buffer().copy_range_to_host(p.data_offset + levels, len)?;
+        debug_assert!(base != 0 || chunks.buffer().len() == 0);
+        out.push((ci, table.page_in_chunk(i), codec, bytes, promised));
+    }
+    Ok(out)
+}
+
+/// Runs the device's structural check of compressed pages (the one made
+/// before nvCOMP) over `pages`, each (compressed bytes, promised
+/// uncompressed size), on `stream`'s device; returns one verdict per page,
+/// `0` for well-formed (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn check_compressed_pages(
+    stream: &std::sync::Arc<crate::cuda::GpuStream>,
+    codec: parquet::basic::Compression,
+    pages: &[(&[u8], u64)],
+) -> Result<Vec<u32>> {
+    decompress::check_standalone(stream, codec, pages)
 }
 
 /// Stage 3 alone: decodes decompressed pages into device columns (`test-util`).

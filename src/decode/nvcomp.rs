@@ -292,6 +292,35 @@ impl Nvcomp {
     }
 }
 
+/// The `CheckCodec` code of `gpq_check_compressed` for `codec`, and a
+/// well-formed stream of that codec that decodes to nothing (what a page
+/// that fails the check is replaced with); `None` for codecs without a check.
+pub(crate) fn empty_stream(codec: Codec) -> Option<(u32, Vec<u8>)> {
+    match codec {
+        // Preamble: uncompressed length 0.
+        Codec::Snappy => Some((0, vec![0x00])),
+        // One sequence of zero literals.
+        Codec::Lz4 => Some((1, vec![0x00])),
+        // A single-segment frame of content size 0 holding one empty raw block.
+        Codec::Zstd => Some((2, vec![0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x00, 0x01, 0x00, 0x00])),
+        Codec::Gzip => None,
+    }
+}
+
+/// Describes a `CheckReason` of `gpq_check_compressed`.
+pub(crate) fn check_reason(code: u32) -> &'static str {
+    match code {
+        0 => "well-formed",
+        1 => "a header or length runs past the end of the page",
+        2 => "decoding would write past the size the page header promises",
+        3 => "a back-reference points before the start of the output",
+        4 => "it decodes to another size than the page header says",
+        5 => "a frame, block or section header is malformed",
+        6 => "a feature gpq does not hand to nvCOMP (dictionary or skippable frame)",
+        _ => "unknown verdict",
+    }
+}
+
 /// Describes an nvCOMP status code.
 pub fn status_name(s: i32) -> &'static str {
     match s {

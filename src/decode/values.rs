@@ -68,9 +68,11 @@ pub(crate) fn decode_columns(
         } else {
             None
         };
+        let too_many = || unsupported(plan, ci, format!("{num_rows} rows of {} bytes overflow a 64-bit size", r.out_width));
         let (values, offsets, scratch) = match r.family {
             Family::Fixed | Family::BytesDecimal => {
-                (DeviceBuffer::alloc(stream, (num_rows as u64 * r.out_width as u64).max(1), "values")?, None, None)
+                let bytes = (num_rows as u64).checked_mul(r.out_width as u64).ok_or_else(too_many)?;
+                (DeviceBuffer::alloc(stream, bytes.max(1), "values")?, None, None)
             }
             Family::Bool => {
                 let v = DeviceBuffer::alloc(stream, bitmap_bytes(num_rows), "boolean values")?;
@@ -117,6 +119,18 @@ pub(crate) fn decode_columns(
         let fam = recipes[plan.chunks[ci].column].family;
         if let (Some(d), Family::Strings | Family::BytesDecimal) = (ch.dictionary, fam) {
             let count = table.pages[d].num_values as u64;
+            // Each entry takes at least its 4-byte length: a header claiming
+            // more entries than that must not size the entry table.
+            let size = dec.pages[d].1 as u64;
+            if count > size / 4 {
+                return Err(corrupt(
+                    plan,
+                    ci,
+                    0,
+                    CorruptKind::TruncatedPage,
+                    format!("string dictionary of {count} entries cannot fit its {size} bytes"),
+                ));
+            }
             dict_entry_offset[ci] = Some(entries_len);
             entries_len += 8 * count;
             let (data, size) = dec.pages[d];

@@ -15,7 +15,7 @@ use cudarc::nvrtc::sys as nvrtc;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use crate::cuda::{GpuContext, GpuStream, check};
+use crate::cuda::{ContextKey, GpuContext, GpuStream, check};
 use crate::error::{Error, Result};
 
 /// The kernels gpq launches.
@@ -39,11 +39,13 @@ pub enum Kernel {
     BytesDecimal,
     /// Batched device-to-device copies (`copy.cu`).
     BatchedCopy,
+    /// Structural checks of compressed pages before nvCOMP (`check_compressed.cu`).
+    CheckCompressed,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 10] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -53,6 +55,7 @@ impl Kernel {
         Kernel::StringChars,
         Kernel::BytesDecimal,
         Kernel::BatchedCopy,
+        Kernel::CheckCompressed,
     ];
 
     /// The `extern "C"` name of the kernel in the sources.
@@ -67,6 +70,7 @@ impl Kernel {
             Kernel::StringChars => "gpq_string_chars",
             Kernel::BytesDecimal => "gpq_bytes_decimal",
             Kernel::BatchedCopy => "gpq_batched_copy",
+            Kernel::CheckCompressed => "gpq_check_compressed",
         }
     }
 }
@@ -81,6 +85,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("decode_values.cu", include_str!("kernels/decode_values.cu")),
     ("decode_strings.cu", include_str!("kernels/decode_strings.cu")),
     ("copy.cu", include_str!("kernels/copy.cu")),
+    ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
 ];
 
 /// Options every compile uses (the architecture is added per device).
@@ -230,7 +235,9 @@ pub(crate) struct Kernels {
 unsafe impl Send for Kernels {}
 unsafe impl Sync for Kernels {}
 
-type Registry = Mutex<HashMap<(usize, bool), Arc<Kernels>>>;
+// Modules of a lost context stay here unused (unloading them would touch a
+// reset context); a reset device gets a new key.
+type Registry = Mutex<HashMap<ContextKey, Arc<Kernels>>>;
 
 impl Kernels {
     /// The kernels of `ctx`'s device, built (or loaded from the disk cache)

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::cuda::{DeviceBuffer, GpuContext, GpuEvent, GpuStream, PinnedBuffer};
+use crate::cuda::{ContextKey, DeviceBuffer, GpuContext, GpuEvent, GpuStream, PinnedBuffer};
 use crate::error::{Error, Result};
 use crate::options::IO_ALIGNMENT;
 use crate::plan::IoLayout;
@@ -42,7 +42,7 @@ impl StagingSlot {
     }
 }
 
-type Pools = Mutex<HashMap<(usize, bool), Vec<StagingSlot>>>;
+type Pools = Mutex<HashMap<ContextKey, Vec<StagingSlot>>>;
 
 /// Idle slots of every device, by context key.
 fn pools() -> &'static Pools {
@@ -54,7 +54,10 @@ fn pools() -> &'static Pools {
 fn take_slots(ctx: &Arc<GpuContext>, n: usize, size: usize) -> Result<Vec<StagingSlot>> {
     let mut pooled = {
         let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
-        let pool = pools.entry(ctx.key()).or_default();
+        let key = ctx.key();
+        // Slots of a lost (reset) context of this device are dead.
+        pools.retain(|k, _| (k.0, k.1) != (key.0, key.1) || k.2 == key.2);
+        let pool = pools.entry(key).or_default();
         pool.retain(|s| s.size() >= size);
         let keep = pool.len().saturating_sub(n);
         pool.split_off(keep)

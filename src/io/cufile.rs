@@ -189,8 +189,6 @@ fn load_lib() -> std::result::Result<Lib, String> {
 /// The opened cuFile driver.
 pub(crate) struct Driver {
     lib: Lib,
-    /// Driver properties as cuFile reports them.
-    pub(crate) properties: CUfileDrvProps,
     /// How compatibility mode was allowed, for messages.
     pub(crate) compat: String,
 }
@@ -241,7 +239,7 @@ pub(crate) fn driver() -> std::result::Result<Arc<Driver>, String> {
                 warn!("cuFileDriverGetProperties failed: {}", describe(r));
             }
             info!(lib = %lib.path, %compat, nvfs = format!("{}.{}", properties.nvfs.major_version, properties.nvfs.minor_version), "cuFile driver open");
-            Ok(Arc::new(Driver { lib, properties, compat }))
+            Ok(Arc::new(Driver { lib, compat }))
         })
         .clone()
 }

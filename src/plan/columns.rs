@@ -8,9 +8,10 @@ use std::sync::Arc;
 use arrow::datatypes::{FieldRef, Schema, SchemaRef};
 use parquet::arrow::{ProjectionMask, parquet_to_arrow_schema, parquet_to_arrow_schema_by_columns};
 use parquet::basic::Type as PhysicalType;
-use parquet::file::metadata::ParquetMetaData;
-use parquet::schema::types::ColumnDescPtr;
+use parquet::file::metadata::{KeyValue, ParquetMetaData};
+use parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
 
+use super::footer::{catch_parquet_panic, metadata_error};
 use crate::error::{Error, Result};
 use crate::options::ColumnSelector;
 
@@ -61,14 +62,24 @@ pub fn project(
 ) -> Result<(SchemaRef, Vec<PlannedColumn>)> {
     let schema_descr = metadata.file_metadata().schema_descr();
     let kv = metadata.file_metadata().key_value_metadata();
-    let meta_err = |source| Error::Metadata { file: path.to_path_buf(), source };
-    let full = parquet_to_arrow_schema(schema_descr, kv).map_err(meta_err)?;
+    let full = arrow_schema_of(path, schema_descr, kv)?;
     let num_roots = schema_descr.root_schema().get_fields().len();
+    // The result's fields are looked up by root index below.
+    if full.fields().len() != num_roots {
+        return Err(metadata_error(
+            path,
+            format!("the Arrow schema has {} fields for {num_roots} top-level columns", full.fields().len()),
+        ));
+    }
 
     // Leaves that belong to each root.
     let mut root_leaves: Vec<Vec<usize>> = vec![Vec::new(); num_roots];
     for leaf in 0..schema_descr.num_columns() {
-        root_leaves[schema_descr.get_column_root_idx(leaf)].push(leaf);
+        let root = schema_descr.get_column_root_idx(leaf);
+        root_leaves
+            .get_mut(root)
+            .ok_or_else(|| metadata_error(path, format!("leaf {leaf} belongs to a root {root} that does not exist")))?
+            .push(leaf);
     }
 
     // Requested roots in order, each with the leaves it needs (None = all).
@@ -137,18 +148,26 @@ pub fn project(
     let mut fields = Vec::with_capacity(wanted.len());
     let mut metadata_map = BTreeMap::new();
     for (root, leaves) in wanted {
+        // Every root index here is below `num_roots` (by construction), which
+        // is the length of both `full.fields()` and `root_leaves`.
+        let (Some(full_field), Some(all_leaves)) = (full.fields().get(root), root_leaves.get(root)) else {
+            return Err(Error::Internal(format!("projected root {root} of {num_roots}")));
+        };
         let (field, leaf_ids) = match leaves {
-            None => (full.fields()[root].clone(), root_leaves[root].clone()),
+            None => (full_field.clone(), all_leaves.clone()),
             Some(mut l) => {
                 l.sort_unstable();
                 let mask = ProjectionMask::leaves(schema_descr, l.iter().copied());
-                let pruned = parquet_to_arrow_schema_by_columns(schema_descr, mask, kv).map_err(meta_err)?;
+                let pruned = catch_parquet_panic("converting the schema to Arrow", || {
+                    parquet_to_arrow_schema_by_columns(schema_descr, mask, kv)
+                })
+                .map_err(|source| Error::Metadata { file: path.to_path_buf(), source })?;
                 let field = pruned
                     .fields()
                     .iter()
-                    .find(|f| f.name() == full.fields()[root].name())
+                    .find(|f| f.name() == full_field.name())
                     .cloned()
-                    .unwrap_or_else(|| full.fields()[root].clone());
+                    .unwrap_or_else(|| full_field.clone());
                 (field, l)
             }
         };
@@ -175,4 +194,14 @@ pub fn project(
     }
     let schema = Schema::new(fields).with_metadata(metadata_map.into_iter().collect());
     Ok((Arc::new(schema), columns))
+}
+
+/// The Arrow schema of a file's Parquet schema, honouring the writer's
+/// `ARROW:schema` hint where `kv` holds one. The conversion decodes that hint
+/// (an Arrow IPC message) and the schema, both file-controlled, and the
+/// parquet and arrow-ipc crates panic on some malformed values (an integer of
+/// bit width 0, say): a panic becomes an [`Error::Metadata`] naming `path`.
+pub(crate) fn arrow_schema_of(path: &Path, schema: &SchemaDescriptor, kv: Option<&Vec<KeyValue>>) -> Result<Schema> {
+    catch_parquet_panic("converting the schema to Arrow", || parquet_to_arrow_schema(schema, kv))
+        .map_err(|source| Error::Metadata { file: path.to_path_buf(), source })
 }

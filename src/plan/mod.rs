@@ -6,6 +6,11 @@
 //! chunk's bytes are in the file and where they will land in the device
 //! buffer, and the [`IoLayout`] of aligned ranges and tasks that the IO layer
 //! executes.
+//!
+//! Every value taken from the footer is checked before it is used (offsets
+//! and sizes non-negative, chunks inside the file, counts summed without
+//! overflow), and a failed check is an [`Error`](crate::Error) naming the
+//! file, row group and column: the footer is untrusted input.
 
 pub mod columns;
 pub mod footer;
@@ -16,9 +21,11 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use parquet::basic::{Compression, Type as PhysicalType};
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 
+pub(crate) use columns::arrow_schema_of;
 pub use columns::{LeafColumn, PlannedColumn};
+use footer::metadata_error;
 pub use footer::{Footer, read_footer, read_footer_with_page_index};
 pub use ranges::{IoLayout, IoRange, IoTask};
 
@@ -72,6 +79,53 @@ pub struct ReadPlan {
     pub(crate) io: IoLayout,
 }
 
+/// A column chunk's footer entry, checked.
+struct CheckedChunk {
+    start: u64,
+    len: u64,
+    num_values: u64,
+    uncompressed_size: u64,
+}
+
+/// Checks one column chunk's footer entry: offsets and sizes non-negative,
+/// the chunk inside the file after the leading magic. The chunk's range is
+/// computed here as the parquet crate's `ColumnChunkMetaData::byte_range`
+/// would (from the dictionary page if any, else the first data page), since
+/// that asserts on negative values.
+fn check_chunk(path: &Path, rg: usize, column: &str, cc: &ColumnChunkMetaData, file_size: u64) -> Result<CheckedChunk> {
+    let bad = |what: String| metadata_error(path, format!("row group {rg}, column {column}: {what}"));
+    let non_negative = |name: &str, v: i64| u64::try_from(v).map_err(|_| bad(format!("negative {name} ({v})")));
+    let data_page_offset = non_negative("data_page_offset", cc.data_page_offset())?;
+    let dictionary_page_offset =
+        cc.dictionary_page_offset().map(|v| non_negative("dictionary_page_offset", v)).transpose()?;
+    let len = non_negative("total_compressed_size", cc.compressed_size())?;
+    let uncompressed_size = non_negative("total_uncompressed_size", cc.uncompressed_size())?;
+    let num_values = non_negative("num_values", cc.num_values())?;
+    let start = dictionary_page_offset.unwrap_or(data_page_offset);
+    let end = start
+        .checked_add(len)
+        .ok_or_else(|| bad(format!("a chunk of {len} bytes at byte {start} ends past 2^64")))?;
+    if end > file_size {
+        return Err(Error::Truncated { file: path.to_path_buf(), row_group: rg, column: column.to_string(), end, file_size });
+    }
+    if start < MAGIC_LEN {
+        return Err(bad(format!("the chunk starts at byte {start}, inside the leading PAR1")));
+    }
+    if data_page_offset > file_size {
+        return Err(bad(format!("data_page_offset {data_page_offset} is past the end of the file ({file_size} bytes)")));
+    }
+    Ok(CheckedChunk { start, len, num_values, uncompressed_size })
+}
+
+/// `a + b` where it fits Parquet's counts (an i64, like the footer's own
+/// `num_rows`), else `None`.
+fn checked_total(a: u64, b: u64) -> Option<u64> {
+    a.checked_add(b).filter(|&t| t <= i64::MAX as u64)
+}
+
+/// Length of the `PAR1` magic that starts every Parquet file.
+const MAGIC_LEN: u64 = 4;
+
 impl ReadPlan {
     /// Plans a read of `path`.
     pub fn new(path: impl AsRef<Path>, options: &ReadOptions) -> Result<ReadPlan> {
@@ -106,48 +160,60 @@ impl ReadPlan {
             }
         };
 
+        // Every footer value used below is checked first: the file is
+        // untrusted, and the parquet crate's own accessors (`byte_range`)
+        // assert instead of returning errors.
         let mut chunks = Vec::new();
         let mut num_rows = 0u64;
+        // Values per leaf over the selected row groups, so that any consumer's sum fits.
+        let mut leaf_values = vec![0u64; columns.iter().map(|c| c.leaves.len()).sum()];
         for &rg in &row_groups {
-            let rg_meta = metadata.row_group(rg);
-            let rg_rows = u64::try_from(rg_meta.num_rows()).unwrap_or(0);
-            num_rows += rg_rows;
+            let rg_meta = metadata.row_groups().get(rg).ok_or_else(|| Error::RowGroupOutOfRange {
+                file: path.to_path_buf(),
+                row_group: rg,
+                num_row_groups,
+            })?;
+            let rg_rows = u64::try_from(rg_meta.num_rows())
+                .map_err(|_| metadata_error(path, format!("row group {rg}: negative row count {}", rg_meta.num_rows())))?;
+            num_rows = checked_total(num_rows, rg_rows).ok_or_else(|| {
+                metadata_error(path, format!("row group {rg}: the row groups' row counts add up past 2^63 - 1"))
+            })?;
+            let mut leaf_totals = leaf_values.iter_mut();
             for (ci, col) in columns.iter().enumerate() {
                 for (li, leaf) in col.leaves.iter().enumerate() {
-                    let cc = rg_meta.column(leaf.leaf_index);
-                    let (start, len) = cc.byte_range();
-                    let end = start.checked_add(len).unwrap_or(u64::MAX);
-                    if end > file_size || start < 4 {
-                        return Err(Error::Truncated {
-                            file: path.to_path_buf(),
-                            row_group: rg,
-                            column: leaf.path.clone(),
-                            end,
-                            file_size,
-                        });
-                    }
-                    if cc.num_values() < 0 || cc.uncompressed_size() < 0 {
-                        return Err(Error::Metadata {
-                            file: path.to_path_buf(),
-                            source: parquet::errors::ParquetError::General(format!(
-                                "row group {rg}, column {}: negative value count or size",
-                                leaf.path
-                            )),
-                        });
+                    let cc = rg_meta.columns().get(leaf.leaf_index).ok_or_else(|| {
+                        metadata_error(
+                            path,
+                            format!(
+                                "row group {rg} has {} column chunks; column {} is leaf {}",
+                                rg_meta.columns().len(),
+                                leaf.path,
+                                leaf.leaf_index
+                            ),
+                        )
+                    })?;
+                    let checked = check_chunk(path, rg, &leaf.path, cc, file_size)?;
+                    if let Some(total) = leaf_totals.next() {
+                        *total = checked_total(*total, checked.num_values).ok_or_else(|| {
+                            metadata_error(
+                                path,
+                                format!("row group {rg}, column {}: value counts add up past 2^63 - 1", leaf.path),
+                            )
+                        })?;
                     }
                     chunks.push(ChunkPlan {
                         row_group: rg,
                         column: ci,
                         leaf: li,
-                        file_offset: start,
-                        len,
+                        file_offset: checked.start,
+                        len: checked.len,
                         device_offset: 0,
                         codec: cc.compression(),
                         physical_type: leaf.physical_type,
-                        num_values: cc.num_values() as u64,
+                        num_values: checked.num_values,
                         num_rows: rg_rows,
                         has_dictionary_page: cc.dictionary_page_offset().is_some(),
-                        uncompressed_size: cc.uncompressed_size() as u64,
+                        uncompressed_size: checked.uncompressed_size,
                     });
                 }
             }

@@ -56,6 +56,12 @@ impl IoLayout {
     ///
     /// `alignment` must be a power of two; `task_size` a multiple of it.
     /// Spans may come in any order; overlapping spans share a range.
+    ///
+    /// # Panics
+    ///
+    /// On a bad `alignment` or `task_size`, and where a span's end rounded up
+    /// to the alignment does not fit a `u64`. [`ReadPlan`](super::ReadPlan)
+    /// only passes spans it has checked to lie inside the file.
     pub fn build(spans: &[Span], file_size: u64, alignment: u64, merge_gap: u64, task_size: u64) -> IoLayout {
         assert!(alignment.is_power_of_two(), "alignment must be a power of two");
         assert!(task_size >= alignment && task_size % alignment == 0, "task size must be a multiple of the alignment");

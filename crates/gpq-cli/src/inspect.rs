@@ -1,10 +1,13 @@
 //! `gpq inspect`: what is in a file, and the IO plan gpq would make for it.
+//! Any input, however damaged, gives output or an error, never a panic.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 use gpq::{ReadOptions, ReadPlan, read_footer_with_page_index};
+use parquet::basic::{Encoding, EncodingMask};
 
 use crate::human_bytes;
 
@@ -24,7 +27,54 @@ pub struct InspectArgs {
     pub merge_gap: u64,
 }
 
+/// Runs `gpq inspect`. The file is untrusted: every footer value is shown
+/// as stored (negative offsets included) without being trusted, sums are
+/// overflow-checked, and a panic anywhere below becomes an error.
 pub fn run(args: InspectArgs) -> gpq::Result<ExitCode> {
+    match catch_unwind(AssertUnwindSafe(|| inspect(&args))) {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            Err(gpq::Error::Internal(format!("inspecting {} panicked: {message}", args.file.display())))
+        }
+    }
+}
+
+/// `total + v` for a byte count from the footer; `None` once a value was
+/// negative or the sum overflowed.
+fn add_size(total: Option<u64>, v: i64) -> Option<u64> {
+    total?.checked_add(u64::try_from(v).ok()?)
+}
+
+/// A checked byte count for display.
+fn show_size(size: Option<u64>) -> String {
+    size.map_or_else(|| "invalid".to_string(), human_bytes)
+}
+
+/// The encodings set in a column chunk's encoding mask.
+#[allow(deprecated)]
+fn encoding_names(mask: &EncodingMask) -> impl Iterator<Item = String> + '_ {
+    [
+        Encoding::PLAIN,
+        Encoding::PLAIN_DICTIONARY,
+        Encoding::RLE,
+        Encoding::BIT_PACKED,
+        Encoding::DELTA_BINARY_PACKED,
+        Encoding::DELTA_LENGTH_BYTE_ARRAY,
+        Encoding::DELTA_BYTE_ARRAY,
+        Encoding::RLE_DICTIONARY,
+        Encoding::BYTE_STREAM_SPLIT,
+    ]
+    .into_iter()
+    .filter(|&e| mask.is_set(e))
+    .map(|e| format!("{e:?}"))
+}
+
+fn inspect(args: &InspectArgs) -> gpq::Result<ExitCode> {
     let footer = read_footer_with_page_index(&args.file)?;
     let md = footer.metadata.clone();
     let fm = md.file_metadata();
@@ -46,24 +96,20 @@ pub fn run(args: InspectArgs) -> gpq::Result<ExitCode> {
         "path", "type", "codec", "max d/r", "compressed", "uncompressed", "pages"
     );
     let schema = fm.schema_descr();
-    for leaf in 0..schema.num_columns() {
-        let d = schema.column(leaf);
-        let (mut comp, mut uncomp, mut pages) = (0i64, 0i64, 0usize);
+    for (leaf, d) in schema.columns().iter().enumerate() {
+        let (mut comp, mut uncomp, mut pages) = (Some(0u64), Some(0u64), Some(0usize));
         let mut encodings = std::collections::BTreeSet::new();
         let mut codec = String::new();
-        for rg in 0..md.num_row_groups() {
-            let cc = md.row_group(rg).column(leaf);
-            comp += cc.compressed_size();
-            uncomp += cc.uncompressed_size();
+        for (rg, r) in md.row_groups().iter().enumerate() {
+            let Some(cc) = r.columns().get(leaf) else { continue };
+            comp = add_size(comp, cc.compressed_size());
+            uncomp = add_size(uncomp, cc.uncompressed_size());
             codec = format!("{:?}", cc.compression());
-            for e in cc.encodings() {
-                encodings.insert(format!("{e:?}"));
-            }
+            encodings.extend(encoding_names(cc.encodings_mask()));
             if let Some(oi) = md.offset_index() {
-                pages += oi[rg].get(leaf).map(|o| o.page_locations().len()).unwrap_or(0);
-                if cc.dictionary_page_offset().is_some() {
-                    pages += 1;
-                }
+                let data_pages = oi.get(rg).and_then(|r| r.get(leaf)).map_or(0, |o| o.page_locations().len());
+                let dictionary = usize::from(cc.dictionary_page_offset().is_some());
+                pages = pages.and_then(|p| p.checked_add(data_pages)?.checked_add(dictionary));
             }
         }
         let ty = match d.logical_type_ref() {
@@ -71,6 +117,11 @@ pub fn run(args: InspectArgs) -> gpq::Result<ExitCode> {
             None => format!("{:?}", d.physical_type()),
         };
         let ty: String = ty.chars().take(22).collect();
+        let pages = match (md.offset_index(), pages) {
+            (None, _) => "?".to_string(),
+            (Some(_), None) => "invalid".to_string(),
+            (Some(_), Some(p)) => p.to_string(),
+        };
         println!(
             "  {:<24} {:<22} {:<10} {:>4}/{:<4} {:>12} {:>12} {:>7}  {}",
             d.path().string(),
@@ -78,25 +129,27 @@ pub fn run(args: InspectArgs) -> gpq::Result<ExitCode> {
             codec.chars().take(10).collect::<String>(),
             d.max_def_level(),
             d.max_rep_level(),
-            human_bytes(comp as u64),
-            human_bytes(uncomp as u64),
-            if md.offset_index().is_some() { pages.to_string() } else { "?".into() },
+            show_size(comp),
+            show_size(uncomp),
+            pages,
             encodings.into_iter().collect::<Vec<_>>().join(",")
         );
     }
 
     if args.chunks {
         println!("\nchunks:");
-        for rg in 0..md.num_row_groups() {
-            let r = md.row_group(rg);
-            println!("  row group {rg}: {} rows, {}", r.num_rows(), human_bytes(r.compressed_size() as u64));
+        for (rg, r) in md.row_groups().iter().enumerate() {
+            // RowGroupMetaData::compressed_size sums without checking.
+            let size = r.columns().iter().try_fold(0u64, |t, c| add_size(Some(t), c.compressed_size()));
+            println!("  row group {rg}: {} rows, {}", r.num_rows(), show_size(size));
             for (leaf, cc) in r.columns().iter().enumerate() {
-                let (start, len) = cc.byte_range();
+                // As stored, not trusted: ColumnChunkMetaData::byte_range asserts on negative values.
+                let start = cc.dictionary_page_offset().unwrap_or(cc.data_page_offset());
                 println!(
                     "    {:<24} offset {:>12} len {:>10} values {:>9} dict {}",
-                    schema.column(leaf).path().string(),
+                    schema.columns().get(leaf).map_or_else(|| format!("#{leaf}"), |d| d.path().string()),
                     start,
-                    len,
+                    cc.compressed_size(),
                     cc.num_values(),
                     cc.dictionary_page_offset().is_some()
                 );

@@ -19,6 +19,7 @@
 #include "../kernels/decode_values.cu"
 #include "../kernels/decode_strings.cu"
 #include "../kernels/copy.cu"
+#include "../kernels/check_compressed.cu"
 
 namespace gpq_emu {
 
@@ -184,7 +185,8 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_string_sizes)      \
   X(gpq_string_chars)      \
   X(gpq_bytes_decimal)     \
-  X(gpq_batched_copy)
+  X(gpq_batched_copy)      \
+  X(gpq_check_compressed)
 
 struct KernelEntry {
   const char* name;

@@ -34,6 +34,7 @@ enum GpqStatus : u32 {
   GPQ_ERR_NO_DICTIONARY = 14,        // dictionary-encoded page without a dictionary page
   GPQ_ERR_DECIMAL_TOO_WIDE = 15,     // decimal byte array longer than 16 bytes
   GPQ_ERR_LEVEL_OUT_OF_RANGE = 16,   // definition level above the maximum
+  GPQ_ERR_MALFORMED_COMPRESSED_DATA = 17,  // a compressed page fails its structural check
 };
 
 // Keeps the first error a page reports.

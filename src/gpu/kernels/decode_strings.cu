@@ -59,7 +59,9 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
   u32* out_len = (u32*)col.scratch_len;
   u32* out_src = (u32*)col.scratch_src;
   u32 value_base = 0;
-  for (u32 lo = 0; lo < pg.num_values && st.error == 0; lo += GPQ_BATCH) {
+  // As in gpq_decode_fixed: the loop's exits are decided at barriers.
+  bool more = !__syncthreads_or(st.error != 0) && pg.num_values > 0;
+  for (u32 lo = 0; more; lo += GPQ_BATCH) {
     u32 hi = min(lo + GPQ_BATCH, pg.num_values);
     bool valid[GPQ_PER_THREAD];
     u32 vi[GPQ_PER_THREAD];
@@ -85,8 +87,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
         ss.plain_pos = pos;
       }
     }
-    __syncthreads();
-    if (st.error) break;
+    if (__syncthreads_or(st.error != 0)) break;
     unsigned long long mine = 0;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
@@ -111,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
     if (mine) atomicAdd(&ss.total, mine);
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
-    __syncthreads();
+    more = !__syncthreads_or(st.error != 0) && hi < pg.num_values;
   }
   finish_page(st, col, &pages[blockIdx.x]);
   if (threadIdx.x == 0) page_chars[blockIdx.x] = ss.total;

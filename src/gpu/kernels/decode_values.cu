@@ -61,7 +61,11 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
   const bool is_bool = col.kind == GPQ_KIND_BOOL;
   const u32 in = col.in_width;
   u32 value_base = 0;
-  for (u32 lo = 0; lo < pg.num_values && st.error == 0; lo += GPQ_BATCH) {
+  // Whether to go on is decided at barriers (__syncthreads_or), never by
+  // re-reading st.error, which thread 0 may already be setting for the next
+  // batch: every thread must take the same path through the barriers.
+  bool more = !__syncthreads_or(st.error != 0) && pg.num_values > 0;
+  for (u32 lo = 0; more; lo += GPQ_BATCH) {
     u32 hi = min(lo + GPQ_BATCH, pg.num_values);
     bool valid[GPQ_PER_THREAD];
     u32 vi[GPQ_PER_THREAD];
@@ -71,9 +75,8 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
         hybrid_fill(st.idx, value_base, value_base + nvals);
         if (st.idx.error) atomicCAS(&st.error, 0u, st.idx.error);
       }
-      __syncthreads();
     }
-    if (st.error) break;
+    if (__syncthreads_or(st.error != 0)) break;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
       u64 row = pg.row_start + r;
@@ -115,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
     }
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
-    __syncthreads();
+    more = !__syncthreads_or(st.error != 0) && hi < pg.num_values;
   }
   finish_page(st, col, &pages[blockIdx.x]);
 }

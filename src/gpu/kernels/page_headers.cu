@@ -105,9 +105,11 @@ struct ThriftReader {
         }
         default: bad = true; return;
       }
-      // Find the next value to consume.
+      // Find the next value to consume. Every step reads at least one byte
+      // or pops a container, so the input's end bounds the loop even when a
+      // container claims 2^64 elements.
       for (;;) {
-        if (depth == 0) return;
+        if (bad || depth == 0) return;
         int d = depth - 1;
         if (kind[d] == 12) {
           u8 h = byte();

@@ -1,0 +1,305 @@
+//! Hostile input: the device's structural check of compressed pages agrees
+//! with the CPU decoders, every file in `testdata/regressions` (inputs that
+//! once broke gpq) is a typed error returned quickly with the process still
+//! healthy afterwards, a read's memory budget holds, and a failed read leaves
+//! device memory as it found it. Runs on a GPU or the emulator; ignored
+//! without either. The context-loss trial runs only with
+//! `GPQ_TEST_CONTEXT_LOSS=1` (it resets the device under every other trial).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Device, Rng, arrow_rs, assert_batches_equal, gpu_trial, probe_device, run_trials, write_sample};
+use gpq::cuda::GpuContext;
+use gpq::{Error, ReadOptions, read_parquet_to_device};
+use parquet::basic::{Compression, ZstdLevel};
+
+fn main() -> ExitCode {
+    let device = probe_device();
+    let mut trials = vec![
+        gpu_trial(&device, "snappy_check_agrees_with_the_cpu_decoder", snappy_check_agrees_with_the_cpu_decoder),
+        gpu_trial(&device, "lz4_check_accepts_only_what_decodes", lz4_check_accepts_only_what_decodes),
+        gpu_trial(&device, "zstd_check_accepts_every_valid_frame", zstd_check_accepts_every_valid_frame),
+        gpu_trial(&device, "regression_pages_and_the_device_check", regression_pages_and_the_device_check),
+        gpu_trial(&device, "regressions_are_quick_typed_errors", regressions_are_quick_typed_errors),
+        gpu_trial(&device, "memory_budget_is_enforced", memory_budget_is_enforced),
+        gpu_trial(&device, "failed_read_returns_its_memory", failed_read_returns_its_memory),
+    ];
+    if std::env::var("GPQ_TEST_CONTEXT_LOSS").is_ok_and(|v| v == "1") && matches!(device, Device::Gpu(_)) {
+        trials.push(gpu_trial(&device, "lost_context_is_reset_and_the_next_read_works", lost_context_is_reset));
+    }
+    run_trials(trials)
+}
+
+/// `testdata/` of the repository (the crate root at build time, else the
+/// working directory; `GPQ_TESTDATA` overrides).
+fn testdata() -> PathBuf {
+    let candidates = [
+        std::env::var("GPQ_TESTDATA").ok().map(PathBuf::from),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata")),
+        Some(PathBuf::from("testdata")),
+    ];
+    candidates.into_iter().flatten().find(|p| p.join("regressions").is_dir()).expect("testdata/regressions not found")
+}
+
+/// Sample inputs of several shapes: repetitive text, random bytes, runs.
+fn inputs() -> Vec<Vec<u8>> {
+    let mut r = Rng::new(7);
+    let text: Vec<u8> = (0..40_000).flat_map(|i| format!("row {} value {} ", i % 977, r.below(50)).into_bytes()).collect();
+    let random: Vec<u8> = (0..20_000).map(|_| r.next() as u8).collect();
+    let runs: Vec<u8> = (0..30_000).map(|i| (i / 700) as u8).collect();
+    let ints: Vec<u8> = (0..10_000i64).flat_map(|i| (i * 3 + 1_000_000).to_le_bytes()).collect();
+    vec![text, random, runs, ints, vec![], b"a".to_vec()]
+}
+
+/// A mutated copy of `c`: a bit flip, a byte overwrite, a truncation, or an
+/// extension; and the promised size, sometimes off by one.
+fn mutate(r: &mut Rng, c: &[u8], promised: u64) -> (Vec<u8>, u64) {
+    let mut m = c.to_vec();
+    match r.below(5) {
+        0 | 1 if !m.is_empty() => {
+            let at = r.below(m.len() as u64) as usize;
+            m[at] ^= 1 << r.below(8);
+        }
+        2 if !m.is_empty() => {
+            let at = r.below(m.len() as u64) as usize;
+            m[at] = r.next() as u8;
+        }
+        3 => m.truncate(r.below(m.len() as u64 + 1) as usize),
+        _ => m.push(r.next() as u8),
+    }
+    let promised = match r.below(8) {
+        0 => promised + 1,
+        1 => promised.saturating_sub(1),
+        _ => promised,
+    };
+    (m, promised)
+}
+
+fn stream(ctx: &Arc<GpuContext>) -> Arc<gpq::cuda::GpuStream> {
+    ctx.new_stream().unwrap()
+}
+
+/// Valid streams pass; on corrupt ones the check and `snap` agree exactly
+/// (a SNAPPY stream the check accepts decodes within bounds to the promised size).
+fn snappy_check_agrees_with_the_cpu_decoder(ctx: &Arc<GpuContext>) {
+    let mut cases: Vec<(Vec<u8>, u64, bool)> = Vec::new();
+    let mut r = Rng::new(1);
+    for input in inputs() {
+        let c = snap::raw::Encoder::new().compress_vec(&input).unwrap();
+        cases.push((c.clone(), input.len() as u64, true));
+        for _ in 0..300 {
+            let (m, promised) = mutate(&mut r, &c, input.len() as u64);
+            let mut out = vec![0u8; promised as usize];
+            let ok = snap::raw::Decoder::new().decompress(&m, &mut out).is_ok_and(|n| n as u64 == promised);
+            cases.push((m, promised, ok));
+        }
+    }
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _)| (b.as_slice(), *n)).collect();
+    let verdicts = gpq::decode::check_compressed_pages(&stream(ctx), Compression::SNAPPY, &pages).unwrap();
+    let mut rejected = 0;
+    for (k, ((bytes, promised, decodes), v)) in cases.iter().zip(&verdicts).enumerate() {
+        assert_eq!(*v == 0, *decodes, "case {k} ({} bytes, promised {promised}): verdict {v}, snap decodes: {decodes}", bytes.len());
+        rejected += (*v != 0) as usize;
+    }
+    eprintln!("snappy: {} cases, {rejected} rejected by the check and by snap", cases.len());
+    assert!(rejected > 100, "the mutations should break many streams");
+}
+
+/// LZ4 blocks: valid ones pass; whatever the check accepts, `lz4_flex` decodes to the promised size.
+fn lz4_check_accepts_only_what_decodes(ctx: &Arc<GpuContext>) {
+    let mut cases: Vec<(Vec<u8>, u64, bool, bool)> = Vec::new(); // bytes, promised, valid original, decodes
+    let mut r = Rng::new(2);
+    for input in inputs() {
+        let c = lz4_flex::block::compress(&input);
+        cases.push((c.clone(), input.len() as u64, true, true));
+        for _ in 0..300 {
+            let (m, promised) = mutate(&mut r, &c, input.len() as u64);
+            let ok = lz4_flex::block::decompress(&m, promised as usize).is_ok_and(|d| d.len() as u64 == promised);
+            cases.push((m, promised, false, ok));
+        }
+    }
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _, _)| (b.as_slice(), *n)).collect();
+    let verdicts = gpq::decode::check_compressed_pages(&stream(ctx), Compression::LZ4_RAW, &pages).unwrap();
+    let (mut accepted_bad, mut rejected) = (0, 0);
+    for (k, ((_, _, valid, decodes), v)) in cases.iter().zip(&verdicts).enumerate() {
+        if *valid {
+            assert_eq!(*v, 0, "case {k}: a block lz4_flex wrote fails the check");
+        }
+        if *v == 0 {
+            assert!(*decodes, "case {k}: the check accepts a block lz4_flex cannot decode to the promised size");
+        } else {
+            rejected += 1;
+        }
+        accepted_bad += (*v == 0 && !*valid) as usize;
+    }
+    eprintln!("lz4: {} cases, {rejected} rejected, {accepted_bad} mutated blocks accepted (all decode)", cases.len());
+    assert!(rejected > 100);
+}
+
+/// ZSTD frames from every level pass; corrupt ones are rejected when their
+/// headers are broken (entropy-coded payloads are not decoded by the check).
+fn zstd_check_accepts_every_valid_frame(ctx: &Arc<GpuContext>) {
+    let mut cases: Vec<(Vec<u8>, u64, bool, bool)> = Vec::new();
+    let mut r = Rng::new(3);
+    for input in inputs() {
+        for level in [1, 3, 9, 19] {
+            let c = zstd::bulk::compress(&input, level).unwrap();
+            cases.push((c.clone(), input.len() as u64, true, true));
+            for _ in 0..60 {
+                let (m, promised) = mutate(&mut r, &c, input.len() as u64);
+                let ok = zstd::bulk::decompress(&m, promised as usize).is_ok_and(|d| d.len() as u64 == promised);
+                cases.push((m, promised, false, ok));
+            }
+        }
+    }
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _, _)| (b.as_slice(), *n)).collect();
+    let verdicts = gpq::decode::check_compressed_pages(&stream(ctx), Compression::ZSTD(ZstdLevel::default()), &pages).unwrap();
+    let (mut rejected, mut rejected_good, mut undetected) = (0, 0, 0);
+    for (k, ((_, _, valid, decodes), v)) in cases.iter().zip(&verdicts).enumerate() {
+        if *valid {
+            assert_eq!(*v, 0, "case {k}: a frame zstd wrote fails the check");
+        }
+        rejected += (*v != 0) as usize;
+        rejected_good += (*v != 0 && *decodes) as usize;
+        undetected += (*v == 0 && !*decodes) as usize;
+    }
+    eprintln!(
+        "zstd: {} cases, {rejected} rejected ({rejected_good} of them decode on the CPU all the same: they go to the CPU), \
+         {undetected} corrupt frames pass the check (left to nvCOMP's own status and the deadline)",
+        cases.len()
+    );
+    assert!(rejected > 50);
+}
+
+/// Which pages of the compressed regression inputs the device check stops
+/// before nvCOMP: the corrupt SNAPPY page must be among them.
+fn regression_pages_and_the_device_check(ctx: &Arc<GpuContext>) {
+    let stream = stream(ctx);
+    for name in ["snappy-oob-read.parquet", "zstd-hang.parquet", "zstd-hang-tpch.parquet"] {
+        let path = testdata().join("regressions").join(name);
+        let chunks = gpq::read_column_chunks(&path, &ReadOptions::new()).unwrap();
+        let table = gpq::decode::read_page_headers(&chunks).unwrap();
+        let pages = gpq::decode::compressed_pages(&chunks, &table).unwrap();
+        let mut flagged = Vec::new();
+        for (ci, page, codec, bytes, promised) in &pages {
+            let v = gpq::decode::check_compressed_pages(&stream, *codec, &[(bytes.as_slice(), *promised)]).unwrap()[0];
+            let cpu_ok = match codec {
+                Compression::SNAPPY => snap::raw::Decoder::new().decompress_vec(bytes).is_ok_and(|d| d.len() as u64 == *promised),
+                _ => zstd::bulk::decompress(bytes, *promised as usize).is_ok_and(|d| d.len() as u64 == *promised),
+            };
+            if v != 0 || !cpu_ok {
+                flagged.push(format!("chunk {ci} page {page}: check {v}, CPU decodes {cpu_ok}"));
+            }
+            if v != 0 {
+                assert!(!cpu_ok, "{name} chunk {ci} page {page}: the check rejects a page the CPU decodes");
+            }
+        }
+        eprintln!("{name}: {} compressed pages; {}", pages.len(), flagged.join("; "));
+        if name.starts_with("snappy") {
+            assert!(flagged.iter().any(|f| !f.contains("check 0")), "{name}: the corrupt page passes the check");
+        }
+    }
+}
+
+/// A good file to read after each hostile one.
+fn good_file(dir: &Path) -> PathBuf {
+    write_sample(&dir.join("good.parquet"), 3000, 1000, Compression::SNAPPY)
+}
+
+fn read_good(path: &Path, expected: &arrow::array::RecordBatch) {
+    let got = read_parquet_to_device(path, &ReadOptions::new()).expect("a good file reads after a hostile one");
+    assert_batches_equal("good file", expected, &got.to_record_batch().unwrap());
+}
+
+/// Every regression input: a typed bad-input error, in well under a second on
+/// a GPU (the emulator is slower), and the next read is right.
+fn regressions_are_quick_typed_errors(ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let good = good_file(dir.path());
+    let expected = arrow_rs(&good).unwrap();
+    let limit = if ctx.is_emulated() { Duration::from_secs(20) } else { Duration::from_secs(1) };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(testdata().join("regressions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "the regression corpus is missing files: {files:?}");
+    for f in &files {
+        let t = Instant::now();
+        let result = read_parquet_to_device(f, &ReadOptions::new());
+        let took = t.elapsed();
+        match &result {
+            Ok(t) => panic!("{}: read {} rows instead of failing", f.display(), t.num_rows()),
+            Err(e) => {
+                eprintln!("{}: {} in {:.0} ms: {e}", f.file_name().unwrap().to_string_lossy(), e.kind(), took.as_secs_f64() * 1e3);
+                assert!(e.is_bad_input(), "{}: not a bad-input error: {e}", f.display());
+                assert!(!e.is_context_lost(), "{}: the context was lost: {e}", f.display());
+            }
+        }
+        // A ZSTD page the device check cannot see into may make nvCOMP loop
+        // forever: then the deadline (1 s) resets the device and the CPU
+        // gives the verdict, which the message says.
+        let hung = result.as_ref().err().is_some_and(|e| e.to_string().contains("nvCOMP never finished"));
+        let limit = if hung { limit + Duration::from_secs(3) } else { limit };
+        assert!(took < limit, "{}: took {took:?}", f.display());
+        read_good(&good, &expected);
+    }
+}
+
+/// A budget too small for the read is a typed error before allocating; a large one reads.
+fn memory_budget_is_enforced(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let good = good_file(dir.path());
+    match read_parquet_to_device(&good, &ReadOptions::new().with_device_memory_limit(4096)) {
+        Err(Error::OverBudget { requested, budget, .. }) => assert!(requested > budget && budget == 4096),
+        other => panic!("expected OverBudget, got {other:?}"),
+    }
+    let t = read_parquet_to_device(&good, &ReadOptions::new().with_device_memory_limit(1 << 30)).unwrap();
+    assert_batches_equal("budgeted read", &arrow_rs(&good).unwrap(), &t.to_record_batch().unwrap());
+}
+
+/// After a failed read the device's free memory is what it was before it.
+fn failed_read_returns_its_memory(ctx: &Arc<GpuContext>) {
+    if ctx.is_emulated() {
+        eprintln!("SKIPPED on the emulator: its memory figures are fixed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = good_file(dir.path());
+    drop(read_parquet_to_device(&good, &ReadOptions::new()).unwrap());
+    ctx.trim_pool();
+    let (before, _) = ctx.memory_info().unwrap();
+    // A page promising far more than its chunk holds, and a corrupt SNAPPY page.
+    for f in ["snappy-oob-read.parquet", "zstd-hang.parquet"] {
+        let e = read_parquet_to_device(testdata().join("regressions").join(f), &ReadOptions::new()).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+    }
+    let (after, _) = ctx.memory_info().unwrap();
+    eprintln!("free device memory before {before}, after {after}");
+    assert!(after + (8 << 20) >= before, "failed reads kept {} bytes", before - after);
+}
+
+/// A fault inside nvCOMP (the SNAPPY reproducer with the device check turned
+/// off) loses the context; gpq says so, resets the device, and the next read works.
+fn lost_context_is_reset(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let good = good_file(dir.path());
+    let expected = arrow_rs(&good).unwrap();
+    let mut unchecked = ReadOptions::new();
+    unchecked.skip_compressed_page_checks = true;
+    let e = read_parquet_to_device(testdata().join("regressions/snappy-oob-read.parquet"), &unchecked).unwrap_err();
+    eprintln!("unchecked read: {e}");
+    match &e {
+        Error::GpuContextLost { recovered, .. } => assert!(*recovered, "{e}"),
+        other if other.is_bad_input() => eprintln!("NOTE: nvCOMP did not fault on this input this time"),
+        other => panic!("expected GpuContextLost, got {other}"),
+    }
+    read_good(&good, &expected);
+    read_good(&good, &expected);
+}
