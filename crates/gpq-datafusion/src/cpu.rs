@@ -11,7 +11,7 @@ use std::io::{BufReader, Read};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::metrics::{Count, Time};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
@@ -42,7 +42,9 @@ pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink
     let Some(first) = units.first() else {
         return Ok(());
     };
-    let file = &scan.files[first.file];
+    let file = scan.files.get(first.file).ok_or_else(|| {
+        DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
+    })?;
     let (roots, positions) = read_layout(file, &scan.columns);
     let handle = File::open(&file.path).map_err(|source| {
         to_df_error(gpq::Error::Open {

@@ -5,12 +5,14 @@
 //! backend (and, for the GPU, the IO path and decompressor), the projection,
 //! the filter and what pruning removed; `EXPLAIN ANALYZE` adds the metrics:
 //! `bytes_read`, `io_time`, `plan_time`, `decompress_time`, `decode_time`,
-//! `copy_time`, `device_reads`, `gpu_fallback_row_groups`, `pageable_copies`, the pruning
+//! `copy_time`, `device_reads`, `gpu_fallback_row_groups`,
+//! `gpu_context_lost_fallbacks`, `pageable_copies`, the pruning
 //! counters (`row_groups_total`, `row_groups_pruned_statistics`,
 //! `row_groups_pruned_page_index`, `row_groups_pruned_limit`,
 //! `page_index_rows_pruned`) and the baseline output counters.
 
 use std::fmt;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
@@ -68,6 +70,8 @@ pub struct GpqScanExec {
     fetch: Option<usize>,
     metrics: ExecutionPlanMetricsSet,
     io_paths: Arc<Mutex<Vec<String>>>,
+    /// Tests only: device reads still to fail with an injected context loss.
+    injected_faults: Arc<AtomicUsize>,
     properties: Arc<PlanProperties>,
 }
 
@@ -109,12 +113,14 @@ impl GpqScanExec {
         ] {
             MetricBuilder::new(&metrics).global_counter(name).add(value);
         }
+        let injected_faults = Arc::new(AtomicUsize::new(parts.options.inject_gpu_context_loss));
         GpqScanExec {
             parts,
             schema,
             fetch,
             metrics,
             io_paths: Arc::new(Mutex::new(Vec::new())),
+            injected_faults,
             properties: Arc::new(properties),
         }
     }
@@ -285,6 +291,7 @@ impl ExecutionPlan for GpqScanExec {
             },
             metrics: PartitionMetrics::new(&self.metrics, partition),
             io_paths: Arc::clone(&self.io_paths),
+            injected_faults: Arc::clone(&self.injected_faults),
         };
         execute(scan, BaselineMetrics::new(&self.metrics, partition))
     }

@@ -10,6 +10,13 @@
 //! time but never reach the query. What the GPU cannot decode (an
 //! `Unsupported` error, raised before any IO) is decoded on the CPU when
 //! fallback is allowed, logged and counted.
+//!
+//! A device read that loses the GPU context ([`gpq::Error::is_context_lost`])
+//! is decoded on the CPU instead of failing the query, logged and counted
+//! (`gpu_context_lost_fallbacks`); when the device could not be reset, the
+//! rest of the partition decodes on the CPU too. Errors that are the file's
+//! fault ([`gpq::Error::is_bad_input`]) still fail the query: corrupt data
+//! never falls back silently.
 
 use std::time::Instant;
 
@@ -20,6 +27,7 @@ use tracing::warn;
 use gpq::{ColumnSelector, Error, read_parquet_to_device_with_footer};
 
 use crate::cpu::read_run;
+use crate::file::GpqFile;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
 use crate::units::ScanUnit;
@@ -30,9 +38,17 @@ pub(crate) struct GpuDecoder;
 
 impl Decoder for GpuDecoder {
     fn produce(&self, scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
+        // Set when the device lost its context and could not get a fresh one:
+        // the rest of the partition decodes on the CPU.
+        let mut device_gone = false;
         for run in file_runs(&scan.units) {
             for group in device_reads(run, scan.options.gpu_read_bytes) {
-                read_group(scan, group, sink)?;
+                if device_gone {
+                    scan.metrics.gpu_context_lost_fallbacks.add(1);
+                    read_run(scan, group, sink)?;
+                } else {
+                    device_gone = read_group(scan, group, sink)?;
+                }
                 if sink.done() {
                     return Ok(());
                 }
@@ -47,7 +63,7 @@ fn device_reads(units: &[ScanUnit], target: u64) -> Vec<&[ScanUnit]> {
     let mut groups = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, u) in units.iter().enumerate() {
-        bytes += u.bytes;
+        bytes = bytes.saturating_add(u.bytes);
         if bytes >= target {
             groups.push(&units[start..=i]);
             (start, bytes) = (i + 1, 0);
@@ -59,28 +75,100 @@ fn device_reads(units: &[ScanUnit], target: u64) -> Vec<&[ScanUnit]> {
     groups
 }
 
-fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Result<()> {
+/// Reads `units` (consecutive row groups of one file) in one device read and
+/// sends their batches. Returns whether the device is unusable for the rest
+/// of the partition (it lost its context and could not be reset).
+///
+/// A read that loses the GPU context is decoded on the CPU instead (logged,
+/// counted in `gpu_context_lost_fallbacks`): nothing of it was sent yet, so
+/// the CPU answers it whole. A read the GPU cannot decode falls back the same
+/// way when [`GpqTableOptions::gpu_fallback`](crate::GpqTableOptions::gpu_fallback)
+/// allows. Any other error, above all one that is the file's fault, fails
+/// the scan.
+fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Result<bool> {
     let Some(first) = units.first() else {
-        return Ok(());
+        return Ok(false);
     };
-    let file = &scan.files[first.file];
+    let file = scan.files.get(first.file).ok_or_else(|| {
+        DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
+    })?;
     let (roots, positions) = read_layout(file, &scan.columns);
+    let batch = match device_read(scan, file, &roots, units) {
+        Ok(batch) => batch,
+        Err(e) if falls_back_to_cpu(&e) => {
+            let gone = !matches!(
+                e,
+                Error::GpuContextLost {
+                    recovered: true,
+                    ..
+                }
+            );
+            warn!(
+                file = %file.path.display(),
+                row_groups = units.len(),
+                error = %e,
+                "GPU context lost during a device read, decoding it on the CPU{}",
+                if gone { " (and the rest of the partition: the device could not be reset)" } else { "" }
+            );
+            scan.metrics.gpu_context_lost_fallbacks.add(1);
+            read_run(scan, units, sink)?;
+            return Ok(gone);
+        }
+        Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
+            warn!(file = %file.path.display(), row_groups = units.len(), "GPU cannot decode this read, decoding on the CPU: {e}");
+            scan.metrics.gpu_fallback_row_groups.add(units.len());
+            read_run(scan, units, sink)?;
+            return Ok(false);
+        }
+        Err(e) => return Err(to_df_error(e)),
+    };
+
+    let expected = units
+        .iter()
+        .try_fold(0usize, |acc, u| acc.checked_add(u.rg_rows));
+    if expected != Some(batch.num_rows()) {
+        return Err(DataFusionError::Execution(format!(
+            "gpq: device read of {} returned {} rows, the footer says {}",
+            file.path.display(),
+            batch.num_rows(),
+            expected.map_or_else(|| "more than a usize holds".to_string(), |n| n.to_string())
+        )));
+    }
+    let batch = conform(&batch, &positions, &scan.schema)?;
+    sink.send(selected_slices(&batch, units));
+    Ok(false)
+}
+
+/// Whether a device read that failed with `e` is answered by the CPU: the
+/// GPU context was lost, and the file is not at fault.
+fn falls_back_to_cpu(e: &Error) -> bool {
+    e.is_context_lost() && !e.is_bad_input()
+}
+
+/// Reads and decodes the file's top-level fields `roots` of the row groups
+/// of `units` on the device and copies them to the host, recording metrics.
+fn device_read(
+    scan: &PartitionScan,
+    file: &GpqFile,
+    roots: &[usize],
+    units: &[ScanUnit],
+) -> gpq::Result<RecordBatch> {
     let options = scan
         .options
         .read
         .clone()
         .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
         .with_row_groups(units.iter().map(|u| u.row_group));
-    let table = match read_parquet_to_device_with_footer(&file.path, file.footer.clone(), &options)
-    {
-        Ok(table) => table,
-        Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
-            warn!(file = %file.path.display(), row_groups = units.len(), "GPU cannot decode this read, decoding on the CPU: {e}");
-            scan.metrics.gpu_fallback_row_groups.add(units.len());
-            return read_run(scan, units, sink);
-        }
-        Err(e) => return Err(to_df_error(e)),
-    };
+    if scan.take_injected_fault() {
+        return Err(Error::GpuContextLost {
+            device: options.device,
+            call: "injected fault",
+            detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)"
+                .into(),
+            recovered: true,
+        });
+    }
+    let table = read_parquet_to_device_with_footer(&file.path, file.footer.clone(), &options)?;
     let m = &scan.metrics;
     let stats = table.stats();
     m.device_reads.add(1);
@@ -89,7 +177,8 @@ fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Resu
     m.decode_time
         .add_duration(stats.page_headers + stats.decode);
     if let Some(io) = &stats.io {
-        m.bytes_read.add(io.bytes_read as usize);
+        m.bytes_read
+            .add(usize::try_from(io.bytes_read).unwrap_or(usize::MAX));
         m.io_time.add_duration(io.wall);
         let mut seen = scan.io_paths.lock().unwrap_or_else(|p| p.into_inner());
         if !seen.iter().any(|p| p == io.path.name()) {
@@ -97,24 +186,13 @@ fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Resu
         }
     }
     let t0 = Instant::now();
-    let (batch, pinned) = table.to_record_batch_staged().map_err(to_df_error)?;
+    let (batch, pinned) = table.to_record_batch_staged()?;
     drop(table);
     m.copy_time.add_elapsed(t0);
     if !pinned {
         m.pageable_copies.add(1);
     }
-
-    let expected: usize = units.iter().map(|u| u.rg_rows).sum();
-    if batch.num_rows() != expected {
-        return Err(DataFusionError::Execution(format!(
-            "gpq: device read of {} returned {} rows, the footer says {expected}",
-            file.path.display(),
-            batch.num_rows()
-        )));
-    }
-    let batch = conform(&batch, &positions, &scan.schema)?;
-    sink.send(selected_slices(&batch, units));
-    Ok(())
+    Ok(batch)
 }
 
 /// The rows of each unit that its selection keeps, as slices of `batch`.
@@ -153,6 +231,24 @@ mod tests {
             rows: 1,
             bytes,
         }
+    }
+
+    #[test]
+    fn only_a_lost_context_falls_back() {
+        let lost = |recovered| Error::GpuContextLost {
+            device: 0,
+            call: "test",
+            detail: String::new(),
+            recovered,
+        };
+        assert!(falls_back_to_cpu(&lost(true)));
+        assert!(falls_back_to_cpu(&lost(false)));
+        let corrupt = Error::NotParquet {
+            file: "x.parquet".into(),
+            reason: "test".into(),
+        };
+        assert!(!falls_back_to_cpu(&corrupt));
+        assert!(!falls_back_to_cpu(&Error::Internal("test".into())));
     }
 
     #[test]

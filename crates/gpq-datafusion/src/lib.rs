@@ -8,6 +8,9 @@
 //! the rows) and limits, report row counts and column statistics to the
 //! planner, and split the surviving row groups into `target_partitions`
 //! partitions. Each partition streams batches of the session's batch size.
+//! Before each scan every file is stat-ed, and the footer of a file whose
+//! size or modification time changed since it was read is read again (a
+//! rewritten file whose schema no longer fits the table fails the scan).
 //!
 //! # Backends
 //!
@@ -20,6 +23,11 @@
 //!   are decoded on the CPU instead, logged and counted
 //!   (`gpu_fallback_row_groups`), unless [`GpqTableOptions::gpu_fallback`] is
 //!   off, in which case the scan fails with gpq's `Unsupported` error.
+//!   A device read that loses the GPU context
+//!   ([`gpq::Error::is_context_lost`]) is decoded on the CPU instead of
+//!   failing the query, logged and counted (`gpu_context_lost_fallbacks`);
+//!   errors that are the file's fault ([`gpq::Error::is_bad_input`]) still
+//!   fail it.
 //! - [`Backend::Cpu`]: arrow-rs decodes, with the same bounded read-ahead;
 //!   page-index selections skip pages entirely.
 //! - [`Backend::Auto`]: the GPU when a CUDA device is present, else the CPU;

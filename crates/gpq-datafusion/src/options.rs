@@ -73,7 +73,18 @@ pub struct GpqTableOptions {
     /// encodings the kernels lack), logged and counted in the
     /// `gpu_fallback_row_groups` metric; when false such a scan fails with
     /// gpq's `Unsupported` error instead (default on).
+    ///
+    /// A device read that loses the GPU context (see
+    /// [`gpq::Error::is_context_lost`]) is always decoded on the CPU
+    /// instead, whatever this says: the data is fine, the device is not. It
+    /// is logged and counted in the `gpu_context_lost_fallbacks` metric.
     pub gpu_fallback: bool,
+    /// For tests only, not a stable option: the first this many device reads
+    /// of each executed scan fail as if the GPU context had been lost
+    /// (`gpq::Error::GpuContextLost`), to exercise the CPU fallback without
+    /// a failing device. 0 (the default) injects nothing.
+    #[doc(hidden)]
+    pub inject_gpu_context_loss: usize,
 }
 
 impl Default for GpqTableOptions {
@@ -84,6 +95,7 @@ impl Default for GpqTableOptions {
             page_index: true,
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_fallback: true,
+            inject_gpu_context_loss: 0,
         }
     }
 }
@@ -121,6 +133,15 @@ impl GpqTableOptions {
     /// Allow (or forbid) CPU decoding of what the GPU cannot decode.
     pub fn with_gpu_fallback(mut self, enabled: bool) -> Self {
         self.gpu_fallback = enabled;
+        self
+    }
+
+    /// For tests only: make the first `reads` device reads of each executed
+    /// scan fail as if the GPU context had been lost (see
+    /// [`GpqTableOptions::inject_gpu_context_loss`]).
+    #[doc(hidden)]
+    pub fn with_injected_gpu_context_loss(mut self, reads: usize) -> Self {
+        self.inject_gpu_context_loss = reads;
         self
     }
 }

@@ -3,6 +3,7 @@
 //! sends batches into, the [`Decoder`] interface the CPU and GPU backends
 //! implement, and the helpers that map a file's columns to the scan's output.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
@@ -40,6 +41,8 @@ pub(crate) struct PartitionMetrics {
     pub device_reads: Count,
     /// GPU: row groups decoded on the CPU because the GPU could not.
     pub gpu_fallback_row_groups: Count,
+    /// GPU: device reads that lost the GPU context and were decoded on the CPU instead.
+    pub gpu_context_lost_fallbacks: Count,
     /// GPU: device reads copied to pageable host memory because the pinned pool was full.
     pub pageable_copies: Count,
 }
@@ -58,6 +61,7 @@ impl PartitionMetrics {
             copy_time: time("copy_time"),
             device_reads: count("device_reads"),
             gpu_fallback_row_groups: count("gpu_fallback_row_groups"),
+            gpu_context_lost_fallbacks: count("gpu_context_lost_fallbacks"),
             pageable_copies: count("pageable_copies"),
         }
     }
@@ -85,6 +89,20 @@ pub(crate) struct PartitionScan {
     pub metrics: PartitionMetrics,
     /// IO paths the device reads took (for `EXPLAIN ANALYZE`).
     pub io_paths: Arc<Mutex<Vec<String>>>,
+    /// Tests only: device reads still to fail as if the GPU context were
+    /// lost, shared by the partitions of one scan
+    /// ([`GpqTableOptions::inject_gpu_context_loss`]).
+    pub injected_faults: Arc<AtomicUsize>,
+}
+
+impl PartitionScan {
+    /// Whether the next device read is to fail with an injected context loss
+    /// (tests only); takes one from the scan's budget of injected faults.
+    pub fn take_injected_fault(&self) -> bool {
+        self.injected_faults
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
 }
 
 /// What a producer sends to its partition's stream.
@@ -121,7 +139,11 @@ impl Sink {
         }
         let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
         if !batches.is_empty() {
-            self.rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
+            let rows = batches
+                .iter()
+                .map(RecordBatch::num_rows)
+                .fold(0usize, usize::saturating_add);
+            self.rows = self.rows.saturating_add(rows);
             if self
                 .tx
                 .blocking_send(Ok(Message::Batches(batches)))

@@ -2,8 +2,12 @@
 //! column null counts (exact unless pages were skipped) and min/max (always
 //! reported inexact: Parquet may truncate them, and the planner only needs
 //! them for estimates).
+//!
+//! Footers are input, not facts: every sum is checked, and a count that
+//! overflows (or a null count that exceeds its row group's rows) is reported
+//! `Absent` rather than wrong, so the planner never answers a query from it.
 
-use arrow::array::{Array, ArrayRef};
+use arrow::array::{Array, ArrayRef, UInt64Array};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
 use datafusion::common::{ColumnStatistics, ScalarValue, Statistics};
@@ -23,15 +27,24 @@ pub(crate) fn statistics<'a>(
     partitions: impl IntoIterator<Item = &'a [ScanUnit]>,
     fetch: Option<usize>,
 ) -> Statistics {
-    let mut num_rows = 0usize;
+    // `None` once the sum overflows.
+    let mut num_rows = Some(0usize);
     let mut selected = false;
     let mut groups: Vec<Vec<usize>> = vec![Vec::new(); files.len()];
     for part in partitions {
-        let rows: usize = part.iter().map(|u| u.rows).sum();
-        num_rows += fetch.map_or(rows, |f| rows.min(f));
+        let rows = checked_sum(part.iter().map(|u| u.rows));
+        let rows = match (rows, fetch) {
+            (Some(r), f) => Some(f.map_or(r, |f| r.min(f))),
+            // More rows than a usize holds, but the partition stops at the limit.
+            (None, Some(f)) => Some(f),
+            (None, None) => None,
+        };
+        num_rows = num_rows.zip(rows).and_then(|(a, b)| a.checked_add(b));
         for u in part {
             selected |= u.selection.is_some();
-            groups[u.file].push(u.row_group);
+            if let Some(g) = groups.get_mut(u.file) {
+                g.push(u.row_group);
+            }
         }
     }
     let limited = fetch.is_some();
@@ -49,16 +62,10 @@ pub(crate) fn statistics<'a>(
                     continue;
                 }
                 let s = RowGroupStatistics::new(file, rgs);
-                let nulls = s
-                    .nulls(name)
-                    .filter(|n| n.null_count() == 0)
-                    .map(|n| n.values().iter().sum::<u64>() as usize);
+                let nulls = s.nulls(name).and_then(|n| null_total(file, rgs, &n));
                 let min = s.mins(name).and_then(|a| extreme(&a, true));
                 let max = s.maxes(name).and_then(|a| extreme(&a, false));
-                stats.null_count = match nulls {
-                    Some(n) => stats.null_count.add(&Precision::Exact(n)),
-                    None => Precision::Absent,
-                };
+                stats.null_count = add_count(&stats.null_count, nulls);
                 let (min, max) = (inexact(min), inexact(max));
                 if first {
                     stats.min_value = min;
@@ -76,9 +83,48 @@ pub(crate) fn statistics<'a>(
         })
         .collect();
     Statistics {
-        num_rows: Precision::Exact(num_rows),
+        num_rows: num_rows.map_or(Precision::Absent, Precision::Exact),
         total_byte_size: Precision::Absent,
         column_statistics,
+    }
+}
+
+/// The sum of `values`, `None` if it overflows.
+fn checked_sum(values: impl IntoIterator<Item = usize>) -> Option<usize> {
+    values
+        .into_iter()
+        .try_fold(0usize, |acc, v| acc.checked_add(v))
+}
+
+/// The nulls of one column over the row groups `rgs` of `file`, from their
+/// per-row-group counts `counts`; `None` (unknown) when a count is missing,
+/// exceeds its row group's rows, or the sum overflows.
+fn null_total(file: &GpqFile, rgs: &[usize], counts: &UInt64Array) -> Option<usize> {
+    if counts.null_count() > 0 || counts.len() != rgs.len() {
+        return None;
+    }
+    let mut total = 0usize;
+    for (&n, &rg) in counts.values().iter().zip(rgs) {
+        let n = usize::try_from(n).ok()?;
+        if n > file.row_group_rows(rg) {
+            return None;
+        }
+        total = total.checked_add(n)?;
+    }
+    Some(total)
+}
+
+/// `acc + n`, where a missing `n` or an overflow makes the count unknown.
+fn add_count(acc: &Precision<usize>, n: Option<usize>) -> Precision<usize> {
+    let Some(n) = n else {
+        return Precision::Absent;
+    };
+    match acc {
+        Precision::Exact(a) => a.checked_add(n).map_or(Precision::Absent, Precision::Exact),
+        Precision::Inexact(a) => a
+            .checked_add(n)
+            .map_or(Precision::Absent, Precision::Inexact),
+        Precision::Absent => Precision::Absent,
     }
 }
 
@@ -121,5 +167,66 @@ mod tests {
         assert_eq!(extreme(&a, false), Some(ScalarValue::Int64(Some(7))));
         let n: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), None]));
         assert_eq!(extreme(&n, true), None);
+    }
+
+    #[test]
+    fn hostile_footers_give_unknown_statistics() {
+        use crate::file::synthetic;
+        use crate::units::{plan_units, split_partitions};
+        use arrow::datatypes::{DataType, Field, Schema};
+
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let files: Vec<GpqFile> = (0..3)
+            .map(|_| synthetic::file(&[i64::MAX], i64::MAX as u64).unwrap())
+            .collect();
+        let (units, summary) = plan_units(&files, &schema, &[0], None, true, None);
+        assert_eq!(units.len(), 3);
+        assert_eq!(summary.rows, usize::MAX);
+        let parts = split_partitions(units.clone(), 2, false);
+        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), 3);
+        let stats = statistics(&files, &schema, &[0], [units.as_slice()], None);
+        assert_eq!(stats.num_rows, Precision::Absent);
+        assert_eq!(stats.column_statistics[0].null_count, Precision::Absent);
+        // One file alone is fine: exact counts.
+        let stats = statistics(&files[..1], &schema, &[0], [&units[..1]], None);
+        assert_eq!(stats.num_rows, Precision::Exact(i64::MAX as usize));
+        assert_eq!(
+            stats.column_statistics[0].null_count,
+            Precision::Exact(i64::MAX as usize)
+        );
+        // A limit bounds what a partition outputs even when the rows overflow.
+        let stats = statistics(&files, &schema, &[0], [units.as_slice()], Some(10));
+        assert_eq!(stats.num_rows, Precision::Exact(10));
+        // More nulls than rows: unknown, not wrong.
+        let liar = synthetic::file(&[5], 6).unwrap();
+        let (units, _) = plan_units(std::slice::from_ref(&liar), &schema, &[0], None, true, None);
+        let stats = statistics(
+            std::slice::from_ref(&liar),
+            &schema,
+            &[0],
+            [units.as_slice()],
+            None,
+        );
+        assert_eq!(stats.column_statistics[0].null_count, Precision::Absent);
+        assert_eq!(stats.num_rows, Precision::Exact(5));
+    }
+
+    #[test]
+    fn sums_that_overflow_are_unknown_not_wrong() {
+        assert_eq!(checked_sum([1, 2, 3]), Some(6));
+        assert_eq!(checked_sum([usize::MAX, 1]), None);
+        assert_eq!(
+            add_count(&Precision::Exact(2), Some(3)),
+            Precision::Exact(5)
+        );
+        assert_eq!(
+            add_count(&Precision::Exact(usize::MAX), Some(1)),
+            Precision::Absent
+        );
+        assert_eq!(
+            add_count(&Precision::Inexact(usize::MAX), Some(1)),
+            Precision::Absent
+        );
+        assert_eq!(add_count(&Precision::Exact(2), None), Precision::Absent);
     }
 }

@@ -32,10 +32,22 @@ pub(crate) fn execute(
     scan: PartitionScan,
     baseline: BaselineMetrics,
 ) -> Result<SendableRecordBatchStream> {
-    let total: usize = scan.units.iter().map(|u| u.rows).sum();
     if scan.columns.is_empty() {
         // No column is read: the row counts come from the footers.
-        let rows = scan.limit.map_or(total, |l| l.min(total));
+        let total = scan
+            .units
+            .iter()
+            .try_fold(0usize, |acc, u| acc.checked_add(u.rows));
+        let rows = match (total, scan.limit) {
+            (Some(total), limit) => limit.map_or(total, |l| l.min(total)),
+            (None, Some(limit)) => limit,
+            (None, None) => {
+                return Err(DataFusionError::Execution(
+                    "gpq scan: the row counts in the footers add up to more than a usize holds"
+                        .into(),
+                ));
+            }
+        };
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
         let batch = RecordBatch::try_new_with_options(Arc::clone(&scan.schema), vec![], &options)?;
         let pending = if rows > 0 {

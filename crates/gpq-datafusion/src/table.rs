@@ -1,13 +1,18 @@
 //! [`GpqTable`]: a DataFusion [`TableProvider`] over Parquet files read by gpq.
 //!
-//! Creating a table loads every footer once. A scan resolves the backend,
-//! turns the pushed-down filters into one physical predicate, prunes row
-//! groups (statistics) and pages (page index), applies the limit when there
-//! is no filter, cuts what is left into partitions and returns a
-//! [`GpqScanExec`].
+//! Creating a table loads every footer. A scan first checks each file's size
+//! and modification time against those recorded when its footer was read
+//! (one `stat` per file, as DataFusion's listing table does) and re-reads the
+//! footers of files that changed, so a file rewritten in place is never
+//! pruned with stale statistics or decoded under stale metadata; a rewritten
+//! file whose schema no longer fits the table fails the scan. The scan then
+//! resolves the backend, turns the pushed-down filters into one physical
+//! predicate, prunes row groups (statistics) and pages (page index), applies
+//! the limit when there is no filter, cuts what is left into partitions and
+//! returns a [`GpqScanExec`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
@@ -21,7 +26,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use tracing::{debug, info};
 
 use crate::exec::{GpqScanExec, ScanBackend, ScanParts};
-use crate::file::{GpqFile, discover, open_files};
+use crate::file::{GpqFile, discover, open_files, refresh};
 use crate::options::{Backend, GpqTableOptions};
 use crate::stats::statistics;
 use crate::to_df_error;
@@ -44,10 +49,47 @@ use gpq::{ColumnSelector, ReadOptions, ReadPlan};
 /// ```
 #[derive(Debug)]
 pub struct GpqTable {
-    files: Arc<Vec<GpqFile>>,
+    paths: Vec<PathBuf>,
     schema: SchemaRef,
     options: GpqTableOptions,
+    /// The footers as of the last check, and the statistics derived from them.
+    state: RwLock<Arc<TableState>>,
+}
+
+/// The files' footers at one point in time, and the table statistics from them.
+#[derive(Debug)]
+struct TableState {
+    files: Arc<Vec<GpqFile>>,
     statistics: Statistics,
+}
+
+impl TableState {
+    /// The state of `files`, with the table statistics computed from their footers.
+    fn new(files: Vec<GpqFile>, schema: &SchemaRef) -> TableState {
+        let columns: Vec<usize> = (0..schema.fields().len()).collect();
+        let all: Vec<ScanUnit> = files
+            .iter()
+            .enumerate()
+            .flat_map(|(fi, f)| {
+                (0..f.metadata().num_row_groups()).map(move |rg| {
+                    let rows = f.row_group_rows(rg);
+                    ScanUnit {
+                        file: fi,
+                        row_group: rg,
+                        rg_rows: rows,
+                        selection: None,
+                        rows,
+                        bytes: 0,
+                    }
+                })
+            })
+            .collect();
+        let statistics = statistics(&files, schema, &columns, [all.as_slice()], None);
+        TableState {
+            files: Arc::new(files),
+            statistics,
+        }
+    }
 }
 
 impl GpqTable {
@@ -71,41 +113,23 @@ impl GpqTable {
             let gpu = device_available();
             info!(
                 files = files.len(),
-                first = %paths[0].display(),
+                first = %files.first().map(|f| f.path.display().to_string()).unwrap_or_default(),
                 "gpq table: backend auto resolves to {}",
                 if gpu { "gpu (a CUDA device is present)" } else { "cpu (no CUDA device)" }
             );
         }
-        let columns: Vec<usize> = (0..schema.fields().len()).collect();
-        let all: Vec<ScanUnit> = files
-            .iter()
-            .enumerate()
-            .flat_map(|(fi, f)| {
-                (0..f.metadata().num_row_groups()).map(move |rg| {
-                    let rows = f.row_group_rows(rg);
-                    ScanUnit {
-                        file: fi,
-                        row_group: rg,
-                        rg_rows: rows,
-                        selection: None,
-                        rows,
-                        bytes: 0,
-                    }
-                })
-            })
-            .collect();
-        let statistics = statistics(&files, &schema, &columns, [all.as_slice()], None);
+        let state = TableState::new(files, &schema);
         Ok(GpqTable {
-            files: Arc::new(files),
+            paths,
             schema,
             options,
-            statistics,
+            state: RwLock::new(Arc::new(state)),
         })
     }
 
     /// The files of the table.
     pub fn files(&self) -> impl Iterator<Item = &Path> {
-        self.files.iter().map(|f| f.path.as_path())
+        self.paths.iter().map(PathBuf::as_path)
     }
 
     /// The table's options.
@@ -113,16 +137,61 @@ impl GpqTable {
         &self.options
     }
 
-    /// Rows in all files, from the footers.
+    /// Rows in all files, from the footers as of the last scan (or the
+    /// registration); saturates at `usize::MAX`.
     pub fn num_rows(&self) -> usize {
-        self.files
+        self.snapshot()
+            .files
             .iter()
-            .map(|f| usize::try_from(f.metadata().file_metadata().num_rows()).unwrap_or(0))
-            .sum()
+            .map(GpqFile::rows)
+            .fold(0usize, usize::saturating_add)
     }
 
-    /// The backend a scan of `columns` runs with, and how `EXPLAIN` names it.
-    fn resolve_backend(&self, columns: &[usize]) -> Result<(ScanBackend, String)> {
+    /// The footers as of the last check, without checking the files.
+    fn snapshot(&self) -> Arc<TableState> {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(&state)
+    }
+
+    /// The footers, current: each file is stat-ed, and the footers of files
+    /// whose size or modification time changed are re-read (and the table
+    /// statistics recomputed) before a scan plans with them.
+    fn current(&self) -> Result<Arc<TableState>> {
+        let seen = self.snapshot();
+        let mut changed: Vec<(usize, GpqFile)> = Vec::new();
+        for (i, file) in seen.files.iter().enumerate() {
+            if let Some(fresh) = refresh(file, &self.schema)? {
+                info!(
+                    file = %fresh.path.display(),
+                    size = fresh.stamp.size,
+                    "gpq table: file changed since its footer was read; footer re-read"
+                );
+                changed.push((i, fresh));
+            }
+        }
+        if changed.is_empty() {
+            return Ok(seen);
+        }
+        // Another scan may have refreshed other files meanwhile: apply these
+        // changes to what is there now.
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let mut files: Vec<GpqFile> = state.files.as_ref().clone();
+        for (i, fresh) in changed {
+            if let Some(slot) = files.get_mut(i) {
+                *slot = fresh;
+            }
+        }
+        let fresh = Arc::new(TableState::new(files, &self.schema));
+        *state = Arc::clone(&fresh);
+        Ok(fresh)
+    }
+
+    /// The backend a scan of `columns` of `files` runs with, and how `EXPLAIN` names it.
+    fn resolve_backend(
+        &self,
+        files: &[GpqFile],
+        columns: &[usize],
+    ) -> Result<(ScanBackend, String)> {
         let device = self.options.read.device;
         match self.options.backend {
             Backend::Cpu => return Ok((ScanBackend::Cpu, "cpu".into())),
@@ -137,7 +206,7 @@ impl GpqTable {
                 _ => Ok((ScanBackend::Cpu, format!("cpu (auto: {e})"))),
             };
         }
-        if let Some(why) = self.gpu_unsupported(columns) {
+        if let Some(why) = gpu_unsupported(files, columns) {
             if !self.options.gpu_fallback {
                 return Err(to_df_error(why));
             }
@@ -152,27 +221,6 @@ impl GpqTable {
             ScanBackend::Gpu,
             format!("gpu (device={device}, io={io}, decompress={decompress})"),
         ))
-    }
-
-    /// Why the GPU cannot decode `columns`, if it cannot (checked on the first
-    /// file; the files share one schema).
-    fn gpu_unsupported(&self, columns: &[usize]) -> Option<gpq::Error> {
-        if columns.is_empty() {
-            return None;
-        }
-        let file = self.files.first()?;
-        let selection = file
-            .file_roots(columns)
-            .into_iter()
-            .map(ColumnSelector::Index);
-        let options = ReadOptions::new()
-            .with_columns(selection)
-            .with_row_groups([]);
-        let plan = ReadPlan::from_footer(&file.path, file.footer.clone(), &options).ok()?;
-        match gpq::can_decode(&plan) {
-            Err(e @ gpq::Error::Unsupported { .. }) => Some(e),
-            _ => None,
-        }
     }
 
     /// One physical predicate from the filters DataFusion pushed down.
@@ -222,8 +270,9 @@ impl TableProvider for GpqTable {
             .collect())
     }
 
+    /// Statistics from the footers as of the last scan (or the registration).
     fn statistics(&self) -> Option<Statistics> {
-        Some(self.statistics.clone())
+        Some(self.snapshot().statistics.clone())
     }
 
     async fn scan(
@@ -244,12 +293,13 @@ impl TableProvider for GpqTable {
             )));
         }
         let schema = Arc::new(self.schema.project(&columns)?);
-        let (backend, backend_note) = self.resolve_backend(&columns)?;
+        let files = Arc::clone(&self.current()?.files);
+        let (backend, backend_note) = self.resolve_backend(&files, &columns)?;
         let predicate = self.predicate(state, filters)?;
         // A limit is only safe to apply before filtering when there is no filter.
         let limit = if filters.is_empty() { limit } else { None };
         let (units, pruning) = plan_units(
-            &self.files,
+            &files,
             &self.schema,
             &columns,
             predicate.as_ref(),
@@ -263,7 +313,7 @@ impl TableProvider for GpqTable {
             columns.is_empty(),
         );
         Ok(Arc::new(GpqScanExec::new(ScanParts {
-            files: Arc::clone(&self.files),
+            files,
             table_schema: Arc::clone(&self.schema),
             columns,
             schema,
@@ -275,5 +325,26 @@ impl TableProvider for GpqTable {
             backend_note,
             pruning,
         })))
+    }
+}
+
+/// Why the GPU cannot decode `columns`, if it cannot (checked on the first
+/// file; the files share one schema).
+fn gpu_unsupported(files: &[GpqFile], columns: &[usize]) -> Option<gpq::Error> {
+    if columns.is_empty() {
+        return None;
+    }
+    let file = files.first()?;
+    let selection = file
+        .file_roots(columns)
+        .into_iter()
+        .map(ColumnSelector::Index);
+    let options = ReadOptions::new()
+        .with_columns(selection)
+        .with_row_groups([]);
+    let plan = ReadPlan::from_footer(&file.path, file.footer.clone(), &options).ok()?;
+    match gpq::can_decode(&plan) {
+        Err(e @ gpq::Error::Unsupported { .. }) => Some(e),
+        _ => None,
     }
 }

@@ -50,7 +50,7 @@ pub struct PruningSummary {
     pub pruned_by_limit: usize,
     /// Row groups left to read.
     pub scanned: usize,
-    /// Rows left to read.
+    /// Rows left to read (saturating at `usize::MAX`).
     pub rows: usize,
 }
 
@@ -97,7 +97,9 @@ pub(crate) fn plan_units(
                 summary.pruned_by_page_index += 1;
                 continue;
             }
-            summary.rows_pruned_by_page_index += rg_rows - rows;
+            summary.rows_pruned_by_page_index = summary
+                .rows_pruned_by_page_index
+                .saturating_add(rg_rows.saturating_sub(rows));
             // A selection that keeps every row is no selection.
             let selection = selection.filter(|_| rows < rg_rows);
             let bytes = file.projected_bytes(rg, columns);
@@ -114,7 +116,7 @@ pub(crate) fn plan_units(
     if let Some(limit) = limit {
         let mut rows = 0usize;
         let needed = units.iter().position(|u| {
-            rows += u.rows;
+            rows = rows.saturating_add(u.rows);
             rows >= limit
         });
         if let Some(last) = needed {
@@ -123,7 +125,10 @@ pub(crate) fn plan_units(
         }
     }
     summary.scanned = units.len();
-    summary.rows = units.iter().map(|u| u.rows).sum();
+    summary.rows = units
+        .iter()
+        .map(|u| u.rows)
+        .fold(0usize, usize::saturating_add);
     (units, summary)
 }
 
@@ -144,13 +149,13 @@ pub(crate) fn split_partitions(
             u.bytes.max(1)
         }
     };
-    let total: u64 = units.iter().map(weight).sum();
+    let total: u64 = units.iter().map(weight).fold(0u64, u64::saturating_add);
     let mut parts: Vec<Vec<ScanUnit>> = Vec::with_capacity(n);
     let mut current = Vec::new();
     let mut acc = 0u64;
     let count = units.len();
     for (i, unit) in units.into_iter().enumerate() {
-        acc += weight(&unit);
+        acc = acc.saturating_add(weight(&unit));
         current.push(unit);
         let left_units = count - i - 1;
         let left_parts = n - parts.len() - 1;
