@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench
+#           verify-sf10 suite criterion tpch-bench context-loss page-checks fuzz
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,8 +20,12 @@ export LD_LIBRARY_PATH=$work/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export GPQ_REQUIRE_GPU=1
 export GPQ_REQUIRE_NVCOMP=1
 export GPQ_KERNEL_CACHE=$work/kernel-cache
+# compute-sanitizer slows kernels a hundredfold: nvCOMP's hang deadline must not fire under it.
+sanitize() { GPQ_NVCOMP_DEADLINE_S=120 compute-sanitizer "$@"; }
 export GPQ_PARQUET_TESTING=${GPQ_PARQUET_TESTING:-$work/data/parquet-testing}
 data=$work/data
+# The regression corpus travels with the working tree (testdata/ at the repo root).
+[ -d testdata/regressions ] && export GPQ_TESTDATA=$PWD/testdata
 summary=$OUT/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -118,18 +122,52 @@ stage_sanitizer_races() {
   # (libtest takes one name filter per run.)
   for tool in racecheck synccheck; do
     for test in matrix_matches_arrow_rs tpch_tables_match; do
-      GPQ_TEST_SMALL=1 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-decode_gpu" --test-threads=1 \
+      GPQ_TEST_SMALL=1 sanitize --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-decode_gpu" --test-threads=1 \
         --exact "$test" > "$OUT/sanitizer-$tool-$test.log" 2>&1
       note "$tool test-decode_gpu $test: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/sanitizer-$tool-$test.log" | tr '\n' ' ')"
+    done
+    for t in test-corrupt_gpu test-hostile; do
+      GPQ_TEST_SMALL=1 sanitize --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/$t" --test-threads=1 --skip regressions_are \
+        > "$OUT/sanitizer-$tool-$t.log" 2>&1
+      note "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/sanitizer-$tool-$t.log" | tr '\n' ' ')"
+    done
+  done
+}
+
+stage_context_loss() {
+  # A fault inside nvCOMP on purpose (the SNAPPY reproducer with the device
+  # check off): gpq must report GpuContextLost, reset the device, and read
+  # the next file (also through nvCOMP) correctly in the same process.
+  GPQ_TEST_CONTEXT_LOSS=1 "$work/bin/test-hostile" --test-threads=1 --nocapture --exact lost_context_is_reset_and_the_next_read_works \
+    > "$OUT/context-loss.log" 2>&1
+  note "context-loss: rc=$? $(grep -E 'unchecked read|NOTE|test result' "$OUT/context-loss.log" | tr '\n' ' ')"
+}
+
+stage_page_checks() {
+  # What the device's check of compressed pages costs on SF10 lineitem
+  # (SNAPPY and ZSTD): reads with and without it, alternating, same process state.
+  mkdir -p "$data/sf10" "$data/sf10-zstd"
+  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
+  for f in "$data/sf10/lineitem.parquet" "$data/sf10-zstd/lineitem.parquet"; do
+    cat "$f" > /dev/null
+    gpq read "$f" --repeat 2 > /dev/null 2>&1   # warm-up: kernels, pools
+    for round in 1 2 3; do
+      for skip in 0 1; do
+        line=$(GPQ_SKIP_PAGE_CHECKS=$skip gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
+        note "page-checks $(basename "$(dirname "$f")") round $round checks=$([ $skip = 0 ] && echo on || echo off): $line"
+      done
     done
   done
 }
 
 stage_sanitizer() {
-  for t in "$work"/bin/test-decode* "$work"/bin/test-corrupt* "$work"/bin/test-io*; do
+  for t in "$work"/bin/test-decode* "$work"/bin/test-corrupt* "$work"/bin/test-io* "$work"/bin/test-hostile; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
-    GPQ_TEST_SMALL=1 GPQ_SF10_LINEITEM= compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --test-threads=1 > "$OUT/sanitizer-$name.log" 2>&1
+    # (the regression inputs may make nvCOMP loop until its deadline: they run in `tests`)
+    skip=(); [ "$name" = test-hostile ] && skip=(--skip regressions_are --skip failed_read)
+    GPQ_TEST_SMALL=1 GPQ_SF10_LINEITEM= sanitize --tool memcheck --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" > "$OUT/sanitizer-$name.log" 2>&1
     note "memcheck $name: rc=$? $(grep -E 'ERROR SUMMARY|test result' "$OUT/sanitizer-$name.log" | tr '\n' ' ')"
     note "  memory access errors: $(grep -cE 'Invalid __(global|shared|local)__|out of bounds|misaligned' "$OUT/sanitizer-$name.log"); API errors: $(grep 'Program hit' "$OUT/sanitizer-$name.log" | sed 's/.*Program hit //' | sort | uniq -c | tr '\n' ';')"
   done
@@ -162,6 +200,28 @@ stage_tpch_bench() {
   cat "$d"/*.parquet > /dev/null
   gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
   note "tpch-bench: rc=${PIPESTATUS[0]}"
+}
+
+# The mutation fuzzer (crates/gpq-fuzz, scripts/fuzz/fuzz.py): seeds written with pyarrow,
+# FUZZ_COUNT mutants (default 10000) read by FUZZ_JOBS gpq-fuzz processes (default 4), each file
+# within FUZZ_TIMEOUT seconds (default 5), all within FUZZ_BUDGET seconds (default 300; what is
+# left is reported as not run). FUZZ_SANITIZE=K (default 0) also reads K files (findings first)
+# under compute-sanitizer memcheck, within FUZZ_SANITIZE_BUDGET seconds (default 120); one device
+# command has 10 minutes. Back in $OUT: fuzz-summary.md and fuzz.tar.gz (results.tsv,
+# mutations.tsv, sanitizer.tsv, the findings' input files, logs).
+stage_fuzz() {
+  local fo=$work/fuzz-out
+  rm -rf "$fo" && mkdir -p "$fo"
+  python3 "$work/bin/fuzz.py" --bin "$work/bin/gpq-fuzz" --out "$fo" --work "$work/fuzz-work" \
+    --count "${FUZZ_COUNT:-10000}" --timeout "${FUZZ_TIMEOUT:-5}" --jobs "${FUZZ_JOBS:-4}" \
+    --budget "${FUZZ_BUDGET:-300}" --sanitize "${FUZZ_SANITIZE:-0}" \
+    --sanitize-budget "${FUZZ_SANITIZE_BUDGET:-120}" --rng-seed "${FUZZ_RNG_SEED:-1}" > "$fo/fuzz.log" 2>&1
+  local rc=$?
+  cp "$fo/summary.md" "$OUT/fuzz-summary.md" 2>/dev/null || tail -20 "$fo/fuzz.log" | tee -a "$summary"
+  tar -czf "$OUT/fuzz.tar.gz" -C "$fo" .
+  note "fuzz: rc=$rc (0: no hang, crash, panic, lost context, unhealthy read or memcheck error)"
+  grep -E '^- (outcomes|[0-9]+ files read|\*\*|ERROR SUMMARY|per-file errors)' "$fo/summary.md" 2>/dev/null | tee -a "$summary"
+  rm -rf "$work/fuzz-work"
 }
 
 for s in "$@"; do

@@ -9,7 +9,8 @@
 # The device tool carries at most 64 MiB per call, so there are two bundles,
 # each with the CLI, nvCOMP and the run script (scripts/device-run.sh):
 #   .device/core  the core crate's test binaries, the criterion benches, the
-#                 parquet-testing corpus and the regression files
+#                 parquet-testing corpus, the regression files, and the fuzzer
+#                 (gpq-fuzz, fuzz.py: run.sh stage fuzz)
 #   .device/df    the DataFusion crate's test binary
 # run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
@@ -21,7 +22,12 @@ mkdir -p "$stage/bin" "$stage/lib"
 
 echo "== building release binaries"
 cargo build --release -p gpq-cli
-cargo test --release --workspace --no-run --message-format=json 2>/dev/null > "$stage/test.json"
+cargo build --release -p gpq-fuzz
+# DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
+# tests, the CLI and the fuzzer), skipping the DataFusion test binary.
+bundles=${DEVICE_BUNDLES:-core,df}
+if [ "$bundles" = core ]; then tests=(-p gpq); else tests=(--workspace); fi
+cargo test --release "${tests[@]}" --no-run --message-format=json 2>/dev/null > "$stage/test.json"
 cargo bench -p gpq --no-run --message-format=json 2>/dev/null > "$stage/bench.json"
 
 copy() { # copy and strip an executable into .device/bin under a stable name
@@ -30,6 +36,8 @@ copy() { # copy and strip an executable into .device/bin under a stable name
   strip --strip-all "$stage/bin/$name" 2>/dev/null || true
 }
 copy target/release/gpq gpq
+copy target/release/gpq-fuzz gpq-fuzz  # the fuzzer and its driver (run.sh stage fuzz)
+cp scripts/fuzz/fuzz.py "$stage/bin/fuzz.py"
 python3 - "$stage/test.json" "$stage/bench.json" <<'PY' > "$stage/executables.txt"
 import json, sys
 for path, kind in ((sys.argv[1], "test"), (sys.argv[2], "bench")):
@@ -82,9 +90,10 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
   ( cd "$stage" && tar -cf - "$@" | xz -9e -T0 > "$name/payload.tar.xz" )
   du -sh "$stage/$name/payload.tar.xz"
 }
-core=(bin/gpq $(cd "$stage" && ls bin/test-* bin/bench-* | grep -v -- '-tpch$') lib data)
+# (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
+core=(bin/gpq bin/gpq-fuzz bin/fuzz.py $(cd "$stage" && ls bin/test-* bin/bench-* | grep -vE -- '-(tpch|mutations)$') lib data)
 bundle core "${core[@]}"
-bundle df bin/gpq bin/test-tpch lib
+if [ "$bundles" != core ]; then bundle df bin/gpq bin/test-tpch lib; fi
 rm -rf "$stage/bin" "$stage/lib" "$stage/data"
 echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
