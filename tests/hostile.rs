@@ -273,6 +273,8 @@ fn failed_read_returns_its_memory(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let good = good_file(dir.path());
     drop(read_parquet_to_device(&good, &ReadOptions::new()).unwrap());
+    // The device's current context (an earlier trial may have had it reset).
+    let ctx = GpuContext::get(ctx.ordinal()).unwrap();
     ctx.trim_pool();
     let (before, _) = ctx.memory_info().unwrap();
     // A page promising far more than its chunk holds, and a corrupt SNAPPY page.
@@ -280,6 +282,7 @@ fn failed_read_returns_its_memory(ctx: &Arc<GpuContext>) {
         let e = read_parquet_to_device(testdata().join("regressions").join(f), &ReadOptions::new()).unwrap_err();
         assert!(e.is_bad_input(), "{e}");
     }
+    let ctx = GpuContext::get(ctx.ordinal()).unwrap();
     let (after, _) = ctx.memory_info().unwrap();
     eprintln!("free device memory before {before}, after {after}");
     assert!(after + (8 << 20) >= before, "failed reads kept {} bytes", before - after);
