@@ -211,9 +211,10 @@ pub enum Error {
     },
 
     /// The CUDA context of a device was lost during a read (an illegal
-    /// address or a kernel that never finished). gpq discards the context;
-    /// the next read on the device gets a fresh one.
-    #[error("GPU context of device {device} lost ({call}): {detail}; {}", if *recovered { "the device was reset and later reads get a fresh context" } else { "resetting the device failed too" })]
+    /// address, or a kernel that never finished). gpq discards the context
+    /// (see [`crate::cuda::GpuContext::lose`]); the next read on the device
+    /// gets a fresh one.
+    #[error("GPU context of device {device} lost ({call}): {detail}; {}", if *recovered { "later reads get a fresh context" } else { "destroying the context failed too" })]
     GpuContextLost {
         /// Device ordinal.
         device: usize,

@@ -28,7 +28,7 @@ pub fn read_column_chunks(path: impl AsRef<Path>, options: &ReadOptions) -> Resu
 }
 
 /// Appended to the error of a file that made nvCOMP hang.
-pub(crate) const NVCOMP_HUNG: &str = "nvCOMP never finished on this file, so the device was reset and the file read again with CPU decompression";
+pub(crate) const NVCOMP_HUNG: &str = "nvCOMP never finished on this file, so its GPU context was abandoned and the file read again with CPU decompression";
 
 /// The stream a read runs on, charged to the read's memory budget if it has one.
 fn read_stream(ctx: &Arc<GpuContext>, path: &Path, options: &ReadOptions) -> Result<Arc<GpuStream>> {
@@ -44,7 +44,7 @@ fn after_failure(ctx: &Arc<GpuContext>, stream: &Arc<GpuStream>, e: Error) -> Er
         return e;
     }
     if e.is_context_lost() {
-        return ctx.lose(e.cuda_call().unwrap_or("a CUDA call"), e.to_string());
+        return ctx.lose(e.cuda_call().unwrap_or("a CUDA call"), e.to_string(), false);
     }
     if stream.synchronize().is_ok() {
         ctx.trim_pool();
@@ -103,8 +103,8 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
     let footer = Footer { file_size: plan.file_size(), metadata: plan.metadata().clone() };
     match read_on(plan, plan_time, t0, &stream, options).map_err(|e| after_failure(&ctx, &stream, e)) {
         // nvCOMP never finished (it can loop forever on a corrupt ZSTD page
-        // the device check cannot see into): the device was reset; the CPU
-        // decoders give the page's verdict.
+        // the device check cannot see into): the context was abandoned for a
+        // fresh one; the CPU decoders give the page's verdict.
         Err(Error::GpuContextLost { call: "cuStreamQuery", recovered: true, detail, .. })
             if options.decompress != DecompressMode::Cpu =>
         {

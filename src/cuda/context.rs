@@ -32,6 +32,15 @@ const POOL_KEEP_FRACTION: u64 = 2;
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// Devices whose primary context holds a kernel that never finished: it
+/// cannot be reset (a reset waits for the kernel), so later reads run in a
+/// context of gpq's own on that device.
+static WEDGED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+fn primary_wedged(ordinal: usize) -> bool {
+    WEDGED.lock().unwrap_or_else(|p| p.into_inner()).contains(&ordinal)
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Backend {
     Cuda { ctx: sys::CUcontext, pool: sys::CUmemoryPool },
@@ -42,6 +51,8 @@ pub(crate) enum Backend {
 pub struct GpuContext {
     ordinal: usize,
     device: sys::CUdevice,
+    /// A context gpq created (not the device's primary context).
+    owned: bool,
     generation: u64,
     lost: AtomicBool,
     pub(crate) backend: Backend,
@@ -149,6 +160,7 @@ impl GpuContext {
                 Arc::new(GpuContext {
                     ordinal: 0,
                     device: 0,
+                    owned: false,
                     generation: 0,
                     lost: AtomicBool::new(false),
                     backend: Backend::Emulated,
@@ -167,7 +179,12 @@ impl GpuContext {
             let mut dev = 0;
             check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
             let mut ctx = std::ptr::null_mut();
-            check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+            let owned = primary_wedged(ordinal);
+            if owned {
+                check("cuCtxCreate", sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, dev))?;
+            } else {
+                check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+            }
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
             let attr = |a: sys::CUdevice_attribute| -> Result<i32> {
                 let mut v = 0;
@@ -203,6 +220,7 @@ impl GpuContext {
             Ok(GpuContext {
                 ordinal,
                 device: dev,
+                owned,
                 generation: GENERATION.fetch_add(1, Ordering::Relaxed) + 1,
                 lost: AtomicBool::new(false),
                 backend: Backend::Cuda { ctx, pool },
@@ -253,14 +271,19 @@ impl GpuContext {
     }
 
     /// Declares the context lost after `call` failed with an error that
-    /// poisons it (or a kernel never finished), resets the device's primary
-    /// context so that the next read gets a working one, and returns the
-    /// error to report. Objects of the lost context stay safe to drop.
-    pub fn lose(&self, call: &'static str, detail: impl Into<String>) -> Error {
+    /// poisons it, or after a kernel never finished (`hung`), and returns
+    /// the error to report; [`GpuContext::get`] then hands out a fresh
+    /// context. A poisoned context is destroyed (the primary one reset),
+    /// which frees its memory. A context with a kernel that never finishes
+    /// cannot be: destroying it waits for the kernel. It is left to the
+    /// driver (the kernel keeps a share of the GPU until the process ends)
+    /// and later reads on the device run in a context gpq creates. Objects
+    /// of the lost context stay safe to drop.
+    pub fn lose(&self, call: &'static str, detail: impl Into<String>, hung: bool) -> Error {
         let detail = detail.into();
         let recovered = match self.backend {
             Backend::Emulated => true,
-            Backend::Cuda { .. } => {
+            Backend::Cuda { ctx, .. } => {
                 if self.lost.swap(true, Ordering::SeqCst) {
                     true
                 } else {
@@ -270,12 +293,21 @@ impl GpuContext {
                             map.remove(&self.ordinal);
                         }
                     }
-                    // SAFETY: resets the device's primary context; every handle of
-                    // this context is treated as dead from here on (drops skip them).
-                    let r = unsafe { sys::cuDevicePrimaryCtxReset_v2(self.device) };
-                    let ok = r == sys::CUresult::CUDA_SUCCESS;
-                    error!(device = self.ordinal, call, %detail, reset = ?r, "GPU context lost; device reset");
-                    ok
+                    if hung {
+                        if !self.owned {
+                            WEDGED.lock().unwrap_or_else(|p| p.into_inner()).push(self.ordinal);
+                        }
+                        error!(device = self.ordinal, call, %detail, "a kernel never finished; the device gets a fresh context");
+                        true
+                    } else {
+                        // SAFETY: every handle of this context is treated as dead
+                        // from here on (drops skip them).
+                        let r = unsafe {
+                            if self.owned { sys::cuCtxDestroy_v2(ctx) } else { sys::cuDevicePrimaryCtxReset_v2(self.device) }
+                        };
+                        error!(device = self.ordinal, call, %detail, reset = ?r, "GPU context lost; context destroyed");
+                        r == sys::CUresult::CUDA_SUCCESS
+                    }
                 }
             }
         };
@@ -368,7 +400,7 @@ impl GpuStream {
     /// Waits for the stream like [`GpuStream::synchronize`], but at most
     /// `limit`: work still running then (a kernel that never finishes on
     /// corrupt input) cannot be cancelled, so the context is declared lost
-    /// and the device reset ([`GpuContext::lose`]).
+    /// and a fresh context used from then on ([`GpuContext::lose`]).
     pub fn synchronize_within(&self, limit: Duration, what: &str) -> Result<()> {
         if self.ctx.is_emulated() {
             return Ok(());
@@ -383,7 +415,11 @@ impl GpuStream {
                 return check("cuStreamQuery", r);
             }
             if start.elapsed() > limit {
-                return Err(self.ctx.lose("cuStreamQuery", format!("{what} did not finish within {:.1} s", limit.as_secs_f64())));
+                return Err(self.ctx.lose(
+                    "cuStreamQuery",
+                    format!("{what} did not finish within {:.1} s", limit.as_secs_f64()),
+                    true,
+                ));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(1));

@@ -220,12 +220,16 @@ pub(crate) fn decompress(
     // Level bytes of v2 pages go in front of their values.
     let kernels = Kernels::for_context(stream.context())?;
     let mut scratch: Vec<DeviceBuffer> = Vec::new();
+    // Host sides of asynchronous uploads. Nothing between the first nvCOMP
+    // launch and the deadline-bounded wait below may synchronize the stream:
+    // a hung nvCOMP kernel would block it for ever.
+    let mut hold: Vec<Vec<u8>> = Vec::new();
     if !level_copies.is_empty() {
         let copies: Vec<CopyDesc> = level_copies
             .iter()
             .map(|&(src, off, len)| CopyDesc { src, dst: buffer.ptr() + off, len })
             .collect();
-        batched_copy(stream, &kernels, &copies, &mut scratch)?;
+        batched_copy(stream, &kernels, &copies, &mut scratch, &mut hold)?;
     }
 
     let mut checks: Vec<(Codec, Vec<usize>, DeviceBuffer)> = Vec::new();
@@ -249,7 +253,7 @@ pub(crate) fn decompress(
                     .zip(&offs)
                     .map(|(j, &o)| CopyDesc { src: j.input, dst: staged.ptr() + o, len: j.input_len as u64 })
                     .collect();
-                batched_copy(stream, &kernels, &copies, &mut scratch)?;
+                batched_copy(stream, &kernels, &copies, &mut scratch, &mut hold)?;
                 inputs = offs.iter().map(|o| staged.ptr() + o).collect();
                 scratch.push(staged);
             }
@@ -259,12 +263,12 @@ pub(crate) fn decompress(
             host.extend(list.iter().map(|j| j.input_len as u64));
             host.extend(list.iter().map(|j| j.out_len as u64));
             host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
-            let d_in = DeviceBuffer::from_host(stream, as_bytes(&host), "nvCOMP arguments")?;
+            let d_in = upload(stream, as_bytes(&host), "nvCOMP arguments", &mut hold)?;
             // Actual sizes (u64 each), statuses (i32 each), check verdicts (u32 each).
             let d_out = DeviceBuffer::alloc(stream, 16 * n as u64, "nvCOMP results")?;
             d_out.fill(stream, 0xff)?;
             if check_pages {
-                check_on_device(stream, &kernels, codec, &d_in, n, d_out.ptr() + 12 * n as u64, &mut scratch)?;
+                check_on_device(stream, &kernels, codec, &d_in, n, d_out.ptr() + 12 * n as u64, &mut scratch, &mut hold)?;
             }
             let max_chunk = list.iter().map(|j| j.out_len).max().unwrap_or(0);
             let total: usize = list.iter().map(|j| j.out_len).sum();
@@ -297,6 +301,7 @@ pub(crate) fn decompress(
         stream.synchronize()?;
     }
     drop(scratch);
+    drop(hold);
 
     let mut job_of_page = vec![usize::MAX; table.pages.len()];
     for (k, j) in jobs.iter().enumerate() {
@@ -382,11 +387,12 @@ fn check_on_device(
     n: usize,
     verdicts: u64,
     keep: &mut Vec<DeviceBuffer>,
+    hold: &mut Vec<Vec<u8>>,
 ) -> Result<()> {
     let Some((code, empty)) = nvcomp::empty_stream(codec) else {
         return Err(Error::Internal(format!("no device check for {codec:?} pages")));
     };
-    let d_empty = DeviceBuffer::from_host(stream, &empty, "empty compressed stream")?;
+    let d_empty = upload(stream, &empty, "empty compressed stream", hold)?;
     let base = args.ptr();
     let count = u32::try_from(n).map_err(|_| Error::Internal(format!("{n} pages in one nvCOMP batch")))?;
     let mut a = KernelArgs::new()
@@ -427,10 +433,22 @@ pub(crate) fn check_standalone(stream: &Arc<GpuStream>, codec: Compression, page
     let d_args = DeviceBuffer::from_host(stream, as_bytes(&host), "test arguments")?;
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "test verdicts")?;
     let kernels = Kernels::for_context(stream.context())?;
-    let mut keep = Vec::new();
-    check_on_device(stream, &kernels, codec, &d_args, n, d_verdicts.ptr(), &mut keep)?;
+    let (mut keep, mut hold) = (Vec::new(), Vec::new());
+    check_on_device(stream, &kernels, codec, &d_args, n, d_verdicts.ptr(), &mut keep, &mut hold)?;
     stream.synchronize()?;
     Ok(from_bytes(&d_verdicts.to_host()?))
+}
+
+/// Allocates a device buffer and queues a copy of `bytes` into it without
+/// waiting; the host copy stays in `hold` until the stream is synchronized.
+fn upload(stream: &Arc<GpuStream>, bytes: &[u8], what: &'static str, hold: &mut Vec<Vec<u8>>) -> Result<DeviceBuffer> {
+    let d = DeviceBuffer::alloc(stream, bytes.len() as u64, what)?;
+    let host = bytes.to_vec();
+    // SAFETY: `d` holds bytes.len() bytes; `host` moves into `hold` (its heap
+    // buffer does not move) and lives until the caller synchronizes.
+    unsafe { stream.copy_htod_async(d.ptr(), host.as_ptr(), host.len())? };
+    hold.push(host);
+    Ok(d)
 }
 
 fn batched_copy(
@@ -438,11 +456,12 @@ fn batched_copy(
     kernels: &Kernels,
     copies: &[CopyDesc],
     keep: &mut Vec<DeviceBuffer>,
+    hold: &mut Vec<Vec<u8>>,
 ) -> Result<()> {
     if copies.is_empty() {
         return Ok(());
     }
-    let d = DeviceBuffer::from_host(stream, as_bytes(copies), "copy table")?;
+    let d = upload(stream, as_bytes(copies), "copy table", hold)?;
     let mut args = KernelArgs::new().arg(d.ptr()).arg(copies.len() as u32);
     // SAFETY: arguments match gpq_batched_copy; every range lies in a live buffer.
     let grid = u32::try_from(copies.len()).map_err(|_| Error::Internal(format!("{} copies in one launch", copies.len())))?;
