@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench context-loss page-checks fuzz
+#           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -134,11 +134,37 @@ stage_sanitizer_races() {
   done
 }
 
+stage_regressions() {
+  # The regression corpus (testdata/regressions) and the memory checks, alone,
+  # each read bounded in time: a typed error in well under a second.
+  timeout 90 "$work/bin/test-hostile" --test-threads=1 --nocapture --exact regressions_are_quick_typed_errors \
+    > "$OUT/regressions.log" 2>&1
+  note "regressions: rc=$? $(grep -E 'parquet: |test result' "$OUT/regressions.log" | cut -c1-400 | tr '\n' ' ')"
+  for t in memory_budget_is_enforced failed_read_returns_its_memory; do
+    timeout 60 "$work/bin/test-hostile" --test-threads=1 --nocapture --exact $t > "$OUT/hostile-$t.log" 2>&1
+    note "$t: rc=$? $(grep -E 'free device memory|test result' "$OUT/hostile-$t.log" | tr '\n' ' ')"
+  done
+}
+
+stage_sanitizer_core() {
+  # memcheck, racecheck and synccheck on the decode and corruption tests (gpq's kernels), each bounded.
+  for t in test-decode_gpu test-corrupt_gpu; do
+    GPQ_TEST_SMALL=1 timeout 120 sanitize --tool memcheck --error-exitcode 99 "$work/bin/$t" --test-threads=1 > "$OUT/memcheck-$t.log" 2>&1
+    note "memcheck $t: rc=$? $(grep -E 'ERROR SUMMARY|test result' "$OUT/memcheck-$t.log" | tr '\n' ' ')"
+  done
+  for tool in racecheck synccheck; do
+    GPQ_TEST_SMALL=1 timeout 60 sanitize --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-corrupt_gpu" --test-threads=1 > "$OUT/$tool-corrupt.log" 2>&1
+    note "$tool test-corrupt_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-corrupt.log" | tr '\n' ' ')"
+    GPQ_TEST_SMALL=1 timeout 60 sanitize --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-decode_gpu" --test-threads=1 --exact matrix_matches_arrow_rs > "$OUT/$tool-matrix.log" 2>&1
+    note "$tool test-decode_gpu matrix: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-matrix.log" | tr '\n' ' ')"
+  done
+}
+
 stage_context_loss() {
   # A fault inside nvCOMP on purpose (the SNAPPY reproducer with the device
   # check off): gpq must report GpuContextLost, reset the device, and read
   # the next file (also through nvCOMP) correctly in the same process.
-  GPQ_TEST_CONTEXT_LOSS=1 "$work/bin/test-hostile" --test-threads=1 --nocapture --exact lost_context_is_reset_and_the_next_read_works \
+  GPQ_TEST_CONTEXT_LOSS=1 timeout 60 "$work/bin/test-hostile" --test-threads=1 --nocapture --exact lost_context_is_reset_and_the_next_read_works \
     > "$OUT/context-loss.log" 2>&1
   note "context-loss: rc=$? $(grep -E 'unchecked read|NOTE|test result' "$OUT/context-loss.log" | tr '\n' ' ')"
 }
@@ -152,9 +178,9 @@ stage_page_checks() {
   for f in "$data/sf10/lineitem.parquet" "$data/sf10-zstd/lineitem.parquet"; do
     cat "$f" > /dev/null
     gpq read "$f" --repeat 2 > /dev/null 2>&1   # warm-up: kernels, pools
-    for round in 1 2 3; do
+    for round in $(seq 1 "${PAGE_CHECK_ROUNDS:-3}"); do
       for skip in 0 1; do
-        line=$(GPQ_SKIP_PAGE_CHECKS=$skip gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
+        line=$(GPQ_SKIP_PAGE_CHECKS=$skip timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
         note "page-checks $(basename "$(dirname "$f")") round $round checks=$([ $skip = 0 ] && echo on || echo off): $line"
       done
     done
