@@ -149,13 +149,13 @@ stage_regressions() {
 stage_sanitizer_core() {
   # memcheck, racecheck and synccheck on the decode and corruption tests (gpq's kernels), each bounded.
   for t in test-decode_gpu test-corrupt_gpu; do
-    GPQ_TEST_SMALL=1 timeout 120 sanitize --tool memcheck --error-exitcode 99 "$work/bin/$t" --test-threads=1 > "$OUT/memcheck-$t.log" 2>&1
+    GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 99 "$work/bin/$t" --test-threads=1 > "$OUT/memcheck-$t.log" 2>&1
     note "memcheck $t: rc=$? $(grep -E 'ERROR SUMMARY|test result' "$OUT/memcheck-$t.log" | tr '\n' ' ')"
   done
   for tool in racecheck synccheck; do
-    GPQ_TEST_SMALL=1 timeout 60 sanitize --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-corrupt_gpu" --test-threads=1 > "$OUT/$tool-corrupt.log" 2>&1
+    GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 60 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-corrupt_gpu" --test-threads=1 > "$OUT/$tool-corrupt.log" 2>&1
     note "$tool test-corrupt_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-corrupt.log" | tr '\n' ' ')"
-    GPQ_TEST_SMALL=1 timeout 60 sanitize --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-decode_gpu" --test-threads=1 --exact matrix_matches_arrow_rs > "$OUT/$tool-matrix.log" 2>&1
+    GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 60 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-decode_gpu" --test-threads=1 --exact matrix_matches_arrow_rs > "$OUT/$tool-matrix.log" 2>&1
     note "$tool test-decode_gpu matrix: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-matrix.log" | tr '\n' ' ')"
   done
 }

@@ -206,10 +206,12 @@ pub struct ReadOptions {
     /// `None`: bounded only by the device (and by what the file's footer
     /// can justify, which every read checks).
     pub device_memory_limit: Option<u64>,
-    /// Hand compressed pages to nvCOMP without first checking their
-    /// structure on the device. Only for measuring what the check costs:
-    /// nvCOMP reads and writes out of bounds on corrupt input, which loses
-    /// the GPU context. Default `false`.
+    /// Trust the compressed pages: hand SNAPPY and LZ4_RAW pages to nvCOMP
+    /// without the device's structural check, and give it the ZSTD and
+    /// GZIP pages that otherwise decompress on the CPU (gpq cannot check
+    /// those completely on the device yet). Fastest, and only for input you
+    /// trust: on corrupt data nvCOMP reads out of bounds (the CUDA context is
+    /// lost for the rest of the process) or never finishes. Default `false`.
     pub skip_compressed_page_checks: bool,
 }
 

@@ -105,7 +105,7 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
         // nvCOMP never finished (it can loop forever on a corrupt ZSTD page
         // the device check cannot see into): the context was abandoned for a
         // fresh one; the CPU decoders give the page's verdict.
-        Err(Error::GpuContextLost { call: "cuStreamQuery", recovered: true, detail, .. })
+        Err(Error::GpuContextLost { call: crate::cuda::DEADLINE, recovered: true, detail, .. })
             if options.decompress != DecompressMode::Cpu =>
         {
             warn!(file = %path.display(), %detail, "reading again with CPU decompression after nvCOMP hung");

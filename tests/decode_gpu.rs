@@ -87,10 +87,11 @@ fn nvcomp_expected(ctx: &GpuContext) -> bool {
     }
 }
 
-/// Asserts which decompressor handled a file of `codec`. GZIP pages have no
-/// device check before nvCOMP, so they go to the CPU.
+/// Asserts which decompressor handled a file of `codec` by default. ZSTD
+/// and GZIP pages cannot be checked completely on the device, so they go to
+/// the CPU unless the input is trusted.
 fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::DecompressStats) {
-    let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::ZSTD(_) | Compression::LZ4_RAW);
+    let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::LZ4_RAW);
     match codec {
         Compression::UNCOMPRESSED => {
             assert_eq!((stats.gpu_pages, stats.cpu_pages), (0, 0), "{codec:?}: {stats:?}");
@@ -297,9 +298,17 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
         // Auto: BROTLI and Hadoop LZ4 fall back, the rest go to nvCOMP where it is.
         let t = assert_same(&path, &ReadOptions::new());
         assert_decompression(ctx, codec, &t.stats().decompression);
-        // Forcing nvCOMP where it cannot serve is an error, not a silent fallback.
+        // Trusted input: ZSTD pages go to nvCOMP unchecked.
+        if matches!(codec, Compression::ZSTD(_)) && nvcomp_expected(ctx) {
+            let mut trusted = ReadOptions::new();
+            trusted.skip_compressed_page_checks = true;
+            let t = assert_same(&path, &trusted);
+            let d = &t.stats().decompression;
+            assert!(d.gpu_pages > 0 && d.cpu_pages == 0, "{codec:?} trusted: {d:?}");
+        }
+        // Forcing nvCOMP where it cannot serve (or not safely) is an error, not a silent fallback.
         let forced = read_parquet_to_device(&path, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp));
-        let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::ZSTD(_));
+        let nvcomp_codec = matches!(codec, Compression::SNAPPY);
         match forced {
             Ok(t) if nvcomp_codec && nvcomp_expected(ctx) => assert_eq!(t.stats().decompression.cpu_pages, 0),
             Ok(t) => panic!("{codec:?}: nvCOMP forced, but {:?}", t.stats().decompression),

@@ -20,6 +20,9 @@ use super::check;
 use super::memory::MemoryBudget;
 use crate::error::{Error, Result};
 
+/// The `call` of the [`Error::GpuContextLost`] a missed deadline reports.
+pub const DEADLINE: &str = "deadline";
+
 /// Identifies a context among all of the process: (ordinal, emulated,
 /// generation). A device whose context was lost and reset gets a new
 /// generation, so per-device state of the old one is never reused.
@@ -305,13 +308,30 @@ impl GpuContext {
                         let r = unsafe {
                             if self.owned { sys::cuCtxDestroy_v2(ctx) } else { sys::cuDevicePrimaryCtxReset_v2(self.device) }
                         };
-                        error!(device = self.ordinal, call, %detail, reset = ?r, "GPU context lost; context destroyed");
-                        r == sys::CUresult::CUDA_SUCCESS
+                        // Whether a context can be had again: on the H200 with
+                        // driver 580 an illegal address stays sticky for the
+                        // process even after the reset.
+                        let usable = r == sys::CUresult::CUDA_SUCCESS && self.probe_new_context();
+                        error!(device = self.ordinal, call, %detail, reset = ?r, usable, "GPU context lost; context destroyed");
+                        usable
                     }
                 }
             }
         };
         Error::GpuContextLost { device: self.ordinal, call, detail, recovered }
+    }
+
+    /// Whether a context of this device can be created now (made and released again).
+    fn probe_new_context(&self) -> bool {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: retains and releases the primary context of a valid device.
+        unsafe {
+            if sys::cuDevicePrimaryCtxRetain(&mut c, self.device) != sys::CUresult::CUDA_SUCCESS {
+                return false;
+            }
+            sys::cuDevicePrimaryCtxRelease_v2(self.device);
+        }
+        true
     }
 
     /// Returns the pool's unused memory to the driver (after a failed read,
@@ -416,7 +436,7 @@ impl GpuStream {
             }
             if start.elapsed() > limit {
                 return Err(self.ctx.lose(
-                    "cuStreamQuery",
+                    DEADLINE,
                     format!("{what} did not finish within {:.1} s", limit.as_secs_f64()),
                     true,
                 ));

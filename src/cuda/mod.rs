@@ -13,7 +13,7 @@
 mod context;
 mod memory;
 
-pub use context::{ContextKey, GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, use_emulator};
+pub use context::{ContextKey, DEADLINE, GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, use_emulator};
 pub use memory::{DeviceBuffer, MemoryBudget, PinnedBuffer};
 pub(crate) use memory::{as_bytes, from_bytes};
 

@@ -39,10 +39,19 @@ fn read_all(mut r: impl Read, out: &mut [u8], what: &str) -> Result<usize, Strin
             Err(e) => return Err(format!("{what}: {e}")),
         }
     }
-    // Anything beyond the expected size means the header lied.
-    let mut extra = [0u8; 1];
-    if done == out.len() && matches!(r.read(&mut extra), Ok(k) if k > 0) {
-        return Err(format!("{what}: more data than the page header says"));
+    // Anything beyond the expected size means the header lied; reading on
+    // to the end also checks the stream's trailer (GZIP's CRC-32, a ZSTD
+    // frame's checksum), whose failure is an error too.
+    if done == out.len() {
+        let mut extra = [0u8; 1];
+        loop {
+            match r.read(&mut extra) {
+                Ok(0) => break,
+                Ok(_) => return Err(format!("{what}: more data than the page header says")),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("{what}: {e}")),
+            }
+        }
     }
     Ok(done)
 }
@@ -115,6 +124,20 @@ mod tests {
         std::io::Write::write_all(&mut gz, &data).unwrap();
         decompress(Compression::GZIP(Default::default()), &gz.finish().unwrap(), &mut out).unwrap();
         assert_eq!(out, data);
+    }
+
+    #[test]
+    fn gzip_checksum_is_verified() {
+        use std::io::Write;
+        let data = vec![3u8; 5000];
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&data).unwrap();
+        let mut bytes = gz.finish().unwrap();
+        let n = bytes.len();
+        bytes[n - 8] ^= 1; // the CRC-32 in the trailer
+        let mut out = vec![0u8; data.len()];
+        let e = decompress(Compression::GZIP(Default::default()), &bytes, &mut out).unwrap_err();
+        assert!(e.contains("gzip"), "{e}");
     }
 
     #[test]

@@ -10,14 +10,19 @@
 //! statistics. Uncompressed pages are decoded where they lie.
 //!
 //! nvCOMP trusts its input (its headers say corrupt data is undefined
-//! behaviour; on the H200 it reads gigabytes out of bounds or never
-//! finishes). So before nvCOMP runs, the `gpq_check_compressed` kernel walks
-//! every SNAPPY, LZ4_RAW and ZSTD page on the device and swaps any page that
-//! fails for an empty stream; such pages go to the CPU decoder, whose verdict
-//! stands. GZIP pages have no device check yet and go to the CPU. The sizes
-//! pages promise are checked against the footer before anything is
-//! allocated, and the wait for nvCOMP has a deadline: a kernel still running
-//! then loses the context, which gpq resets (`GpuContext::lose`).
+//! behaviour; on the H200 it reads gigabytes out of bounds, losing the
+//! context for the rest of the process, or never finishes, and then the
+//! process cannot even exit). So before nvCOMP runs, the
+//! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
+//! device and swaps any page that fails for an empty stream; such pages go
+//! to the CPU decoder, whose verdict stands. ZSTD and GZIP pages cannot be
+//! checked completely on the device yet (the ZSTD check covers headers and
+//! sizes, not the entropy-coded payload, where a corrupt page made nvCOMP
+//! loop for ever), so they go to the CPU unless the caller trusts the input
+//! (`ReadOptions::skip_compressed_page_checks`). The sizes pages promise are
+//! checked against the footer before anything is allocated, and the wait for
+//! nvCOMP has a deadline: a kernel still running then is reported as a lost
+//! context (`GpuContext::lose`) instead of a read that never returns.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -177,8 +182,8 @@ pub(crate) fn decompress(
     let mut reasons: Vec<String> = Vec::new();
     for j in &jobs {
         match (&lib, Codec::for_parquet(j.codec)) {
-            (Ok(_), Some(Codec::Gzip)) if check_pages => {
-                let why = "GZIP pages are not checked on the device, so nvCOMP does not get them".to_string();
+            (Ok(_), Some(c @ (Codec::Gzip | Codec::Zstd))) if check_pages => {
+                let why = format!("{c:?} pages cannot be checked completely on the device yet, so nvCOMP does not get them");
                 if mode == DecompressMode::Nvcomp {
                     return Err(Error::Nvcomp(why));
                 }
