@@ -331,13 +331,18 @@ impl Error {
 
     /// The error for a panicked worker, with the panic's message.
     pub(crate) fn worker_panicked(what: &'static str, payload: Box<dyn std::any::Any + Send>) -> Error {
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "(no message)".into());
-        Error::WorkerPanicked { what, message }
+        Error::WorkerPanicked { what, message: panic_message(payload.as_ref()).to_string() }
     }
+}
+
+/// The message of a caught panic's payload (`panic!` with a literal or a
+/// formatted message), or `(no message)`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)")
 }
 
 fn describe_cuda(e: &DriverError) -> String {

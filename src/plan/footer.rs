@@ -69,11 +69,7 @@ pub(crate) fn catch_parquet_panic<T>(
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
+            let message = crate::error::panic_message(payload.as_ref());
             Err(ParquetError::General(format!("{PANIC_NOTE} {what}: {message}")))
         }
     }

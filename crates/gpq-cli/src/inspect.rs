@@ -34,11 +34,7 @@ pub fn run(args: InspectArgs) -> gpq::Result<ExitCode> {
     match catch_unwind(AssertUnwindSafe(|| inspect(&args))) {
         Ok(result) => result,
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
+            let message = gpq::error::panic_message(payload.as_ref());
             Err(gpq::Error::Internal(format!("inspecting {} panicked: {message}", args.file.display())))
         }
     }

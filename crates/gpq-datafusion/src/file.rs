@@ -95,13 +95,9 @@ impl GpqFile {
             ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::new())
         })
         .unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
             Err(parquet::errors::ParquetError::General(format!(
-                "the parquet crate panicked on this footer: {message}"
+                "the parquet crate panicked on this footer: {}",
+                gpq::error::panic_message(panic.as_ref())
             )))
         })
         .map_err(|source| Error::Metadata {

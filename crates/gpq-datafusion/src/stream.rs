@@ -90,11 +90,7 @@ fn spawn_producer(scan: PartitionScan, tx: mpsc::Sender<Result<Message>>) -> Res
             Ok(Ok(())) => Ok(Message::Done),
             Ok(Err(e)) => Err(e),
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("unknown panic");
+                let what = gpq::error::panic_message(panic.as_ref());
                 Err(DataFusionError::Execution(format!(
                     "gpq scan panicked: {what}"
                 )))

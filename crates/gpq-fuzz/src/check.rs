@@ -107,12 +107,7 @@ pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if GUARDED.with(|g| g.get()) {
-                let msg = info
-                    .payload()
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "(no message)".into());
+                let msg = gpq::error::panic_message(info.payload());
                 let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
                 *LAST_PANIC.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{msg}{at}"));
             } else {
