@@ -58,20 +58,7 @@ impl MemoryBudget {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Fails unless `len` more bytes fit; does not charge them.
-    pub fn check(&self, len: u64, what: &str) -> Result<()> {
-        let used = self.used();
-        match used.checked_add(len) {
-            Some(total) if total <= self.limit => Ok(()),
-            _ => Err(Error::OverBudget {
-                file: self.file.clone(),
-                what: what.to_string(),
-                requested: used.saturating_add(len),
-                budget: self.limit,
-            }),
-        }
-    }
-
+    /// Charges `len` more bytes, or fails (charging nothing) when they do not fit.
     fn charge(&self, len: u64, what: &str) -> Result<()> {
         let mut used = self.used();
         loop {
@@ -105,19 +92,36 @@ fn out_of_memory(ctx: &GpuContext, requested: u64, what: &'static str) -> Error 
 impl DeviceBuffer {
     /// Allocates `len` bytes from the pool, ordered on `stream`. The memory is
     /// usable by work queued on `stream` at once, and by other streams once
-    /// they wait for it (or `stream` is synchronized).
+    /// they wait for it (or `stream` is synchronized). A budget the stream
+    /// carries is charged before the driver is asked, until the buffer drops.
     pub fn alloc(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
+        let budget = stream.budget().filter(|_| len > 0);
+        if let Some(b) = budget {
+            b.charge(len, what)?;
+        }
+        match Self::alloc_from_pool(stream, len, what) {
+            Ok(mut buf) => {
+                buf.budget = budget.cloned();
+                Ok(buf)
+            }
+            Err(e) => {
+                if let Some(b) = budget {
+                    b.release(len);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn alloc_from_pool(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
         let ctx = stream.context().clone();
         if len == 0 {
             return Ok(DeviceBuffer { ptr: 0, len: 0, alloc: Alloc::Empty, ctx, budget: None });
         }
         let pool = match ctx.backend {
             Backend::Cuda { pool, .. } => pool,
-            Backend::Emulated => return emulated_alloc(&ctx, len, what)?.charged(stream.budget(), what),
+            Backend::Emulated => return emulated_alloc(&ctx, len, what),
         };
-        if let Some(b) = stream.budget() {
-            b.check(len, what)?;
-        }
         ctx.bind()?;
         let mut ptr = 0;
         // SAFETY: valid out pointer; pool and stream belong to this context.
@@ -126,16 +130,7 @@ impl DeviceBuffer {
             return Err(out_of_memory(&ctx, len, what));
         }
         check("cuMemAllocFromPoolAsync", r)?;
-        DeviceBuffer { ptr, len, alloc: Alloc::Pool(stream.clone()), ctx, budget: None }.charged(stream.budget(), what)
-    }
-
-    /// Charges this buffer to `budget` (if any) until it is dropped.
-    pub(crate) fn charged(mut self, budget: Option<&Arc<MemoryBudget>>, what: &str) -> Result<DeviceBuffer> {
-        if let Some(b) = budget {
-            b.charge(self.len, what)?;
-            self.budget = Some(b.clone());
-        }
-        Ok(self)
+        Ok(DeviceBuffer { ptr, len, alloc: Alloc::Pool(stream.clone()), ctx, budget: None })
     }
 
     /// Allocates `len` bytes with `cuMemAlloc` (synchronous, registrable with cuFile).

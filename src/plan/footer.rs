@@ -718,32 +718,23 @@ mod precheck {
         #[test]
         fn rejects_deep_and_inconsistent_schemas() {
             // FileMetaData { 2: list<SchemaElement> } with `n` elements, each a group of one child.
+            let varint = |b: &mut Vec<u8>, mut v: u64| loop {
+                let byte = (v & 0x7f) as u8;
+                v >>= 7;
+                if v == 0 {
+                    b.push(byte);
+                    break;
+                }
+                b.push(byte | 0x80);
+            };
             let schema = |n: usize, children: i32| {
                 let mut b = vec![0x29, 0xfc];
-                let mut v = n as u64;
-                loop {
-                    let byte = (v & 0x7f) as u8;
-                    v >>= 7;
-                    if v == 0 {
-                        b.push(byte);
-                        break;
-                    }
-                    b.push(byte | 0x80);
-                }
+                varint(&mut b, n as u64);
                 for _ in 0..n {
                     // 4: name "a", 5: num_children (zigzag)
                     b.extend([0x48, 0x01, b'a', 0x15]);
                     let z = (children.wrapping_shl(1) ^ (children >> 31)) as u32;
-                    let mut z = u64::from(z);
-                    loop {
-                        let byte = (z & 0x7f) as u8;
-                        z >>= 7;
-                        if z == 0 {
-                            b.push(byte);
-                            break;
-                        }
-                        b.push(byte | 0x80);
-                    }
+                    varint(&mut b, u64::from(z));
                     b.push(0x00);
                 }
                 b.push(0x00);
