@@ -17,7 +17,9 @@ pub(crate) fn decompress(codec: Compression, input: &[u8], out: &mut [u8]) -> Re
         }
         Compression::SNAPPY => snap::raw::Decoder::new().decompress(input, out).map_err(|e| format!("snappy: {e}"))?,
         Compression::GZIP(_) => read_all(flate2::read::MultiGzDecoder::new(input), out, "gzip")?,
-        Compression::ZSTD(_) => read_all(zstd::stream::read::Decoder::with_buffer(input).map_err(|e| format!("zstd: {e}"))?, out, "zstd")?,
+        // The one-shot API: no intermediate buffer; it verifies frame
+        // checksums and fails when the frames hold more than `out` takes.
+        Compression::ZSTD(_) => zstd::bulk::decompress_to_buffer(input, out).map_err(|e| format!("zstd: {e}"))?,
         Compression::LZ4_RAW => lz4_flex::block::decompress_into(input, out).map_err(|e| format!("lz4_raw: {e}"))?,
         Compression::LZ4 => lz4_hadoop(input, out)?,
         Compression::BROTLI(_) => read_all(brotli::Decompressor::new(input, 4096), out, "brotli")?,

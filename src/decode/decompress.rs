@@ -412,7 +412,8 @@ fn check_on_device(
     // SAFETY: arguments match gpq_check_compressed; the three arrays hold n
     // entries each, `verdicts` n u32s; `d_empty` lives in `keep` until the
     // stream is synchronized.
-    unsafe { kernels.launch(Kernel::CheckCompressed, count.div_ceil(128), 128, 0, stream, &mut a)? };
+    // One warp per page, CHECK_WARPS = 4 warps per block.
+    unsafe { kernels.launch(Kernel::CheckCompressed, count.div_ceil(4), 128, 0, stream, &mut a)? };
     keep.push(d_empty);
     Ok(())
 }
@@ -475,6 +476,27 @@ fn batched_copy(
     Ok(())
 }
 
+/// A zeroed host buffer of `len` bytes, or `OutOfHostMemory`. The zeroes
+/// come from the allocator (fresh pages of a large allocation are zero
+/// already), so gigabytes are not written twice, once with zeroes on one
+/// thread and then with data by the decompressing threads.
+fn zeroed_host_bytes(len: u64, what: &'static str) -> Result<Vec<u8>> {
+    let too_much = || Error::OutOfHostMemory { requested: len, what };
+    let n = usize::try_from(len).map_err(|_| too_much())?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).map_err(|_| too_much())?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(too_much());
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // a `Vec<u8>` of capacity `n`, and its `n` bytes are initialized (zero).
+    Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
 /// How CPU results go back to the device.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum WriteBack {
@@ -505,10 +527,7 @@ fn cpu_decompress(
     let input = raw.copy_range_to_host(in_lo, in_hi - in_lo)?;
     let lo = jobs.iter().map(|j| j.out_offset).min().unwrap_or(0);
     let hi = jobs.iter().map(|j| j.out_offset + j.out_len as u64).max().unwrap_or(0);
-    let mut host = Vec::new();
-    host.try_reserve_exact((hi - lo) as usize)
-        .map_err(|_| Error::OutOfHostMemory { requested: hi - lo, what: "CPU decompression output" })?;
-    host.resize((hi - lo) as usize, 0u8);
+    let mut host = zeroed_host_bytes(hi - lo, "CPU decompression output")?;
     let mut order: Vec<&&Job> = jobs.iter().collect();
     order.sort_by_key(|j| j.out_offset);
     let mut slices: Vec<(&Job, &mut [u8])> = Vec::with_capacity(order.len());

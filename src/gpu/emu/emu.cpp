@@ -23,10 +23,71 @@
 
 namespace gpq_emu {
 
+// Switching fibers. glibc's swapcontext saves and restores the signal mask
+// with a system call on every switch, and kernels with warp collectives
+// switch at every shuffle: on x86-64 a switch of the callee-saved registers
+// and the stack pointer does (the System V ABI leaves every other register
+// to the caller, and no fiber changes the signal mask or the FP control
+// state). Elsewhere ucontext remains.
+#if defined(__x86_64__)
+extern "C" void gpq_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+.text
+.p2align 4
+.globl gpq_emu_switch
+.type gpq_emu_switch,@function
+gpq_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size gpq_emu_switch, .-gpq_emu_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+struct Context {
+  void* sp = nullptr;
+};
+static void switch_to(Context& save, Context& load) { gpq_emu_switch(&save.sp, load.sp); }
+// A fresh stack whose first switch "returns" into `entry`, with the stack
+// aligned as after a call (rsp % 16 == 8 at the entry).
+static void start_on(Context& c, char* stack, size_t size, void (*entry)()) {
+  uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+  void** sp = (void**)top;
+  *--sp = nullptr;            // the entry's return address: it never returns
+  *--sp = (void*)entry;       // popped by `ret`
+  for (int i = 0; i < 6; i++) *--sp = nullptr;   // rbp rbx r12-r15
+  c.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+static void switch_to(Context& save, Context& load) { swapcontext(&save.uc, &load.uc); }
+static void start_on(Context& c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
 enum State { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   std::vector<char> stack;
   State state = DONE;
   unsigned long long xchg = 0;
@@ -35,7 +96,7 @@ struct Fiber {
 struct Block {
   unsigned block_idx = 0, block_dim = 0, grid_dim = 0;
   std::vector<Fiber> fibers;
-  ucontext_t sched;
+  Context sched;
   unsigned current = 0;
   void (*body)(void**) = nullptr;
   void** args = nullptr;
@@ -54,7 +115,7 @@ static void yield_as(State s) {
   Block* b = g_block;
   Fiber& f = b->fibers[b->current];
   f.state = s;
-  swapcontext(&f.ctx, &b->sched);
+  switch_to(f.ctx, b->sched);
 }
 
 void sync_block() { yield_as(AT_BLOCK_BARRIER); }
@@ -106,7 +167,7 @@ static void trampoline() {
   Block* b = g_block;
   b->body(b->args);
   b->fibers[b->current].state = DONE;
-  swapcontext(&b->fibers[b->current].ctx, &b->sched);
+  switch_to(b->fibers[b->current].ctx, b->sched);
 }
 
 // Runs every fiber of the block until all are done; false on a deadlock.
@@ -114,11 +175,7 @@ static bool run_block(Block* b) {
   for (unsigned t = 0; t < b->block_dim; t++) {
     Fiber& f = b->fibers[t];
     if (f.stack.size() != kStack) f.stack.assign(kStack, 0);
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.data();
-    f.ctx.uc_stack.ss_size = kStack;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, trampoline, 0);
+    start_on(f.ctx, f.stack.data(), kStack, trampoline);
     f.state = RUNNABLE;
   }
   for (;;) {
@@ -127,7 +184,7 @@ static bool run_block(Block* b) {
       if (b->fibers[t].state != RUNNABLE) continue;
       b->current = t;
       ran = true;
-      swapcontext(&b->sched, &b->fibers[t].ctx);
+      switch_to(b->sched, b->fibers[t].ctx);
     }
     if (ran) continue;
     unsigned live = 0, at_block = 0;

@@ -1,6 +1,6 @@
 // Structural checks of compressed pages before nvCOMP sees them. nvCOMP's
 // decoders trust their input: on corrupt data they read and write out of
-// bounds or never finish. One thread walks one page and proves, with every
+// bounds or never finish. The check walks each page and proves, with every
 // read checked against the input's end, that decoding it stays inside its
 // input and inside the output size the page header promises:
 //   SNAPPY  - every tag: literal lengths inside the input and the output,
@@ -47,50 +47,150 @@ struct ByteCursor {
   }
 };
 
-GPQ_DEVICE u32 check_snappy(const u8* in, u64 in_len, u64 out_len) {
-  ByteCursor c{in, 0, in_len};
+// A warp checks one SNAPPY page. Tags form one sequential chain, but the
+// work per tag need not be sequential: the warp stages the input into
+// shared memory a window at a time (wide, coalesced loads; literal payloads
+// are skipped, not staged), then takes it 32 bytes at a time. Every lane
+// decodes the tag that would start at its byte; one shuffle per tag walks
+// the chain from the segment's first tag; the tags on the chain are checked
+// all at once. A copy whose offset reaches no further back than the output
+// before the segment, in a segment that stays inside the promised size,
+// needs no exact position; only when some tag fails that does the warp
+// compute each tag's exact output position (a prefix sum) and find the
+// first failing tag in stream order, so verdicts match a sequential walk.
+#define CHECK_WARPS 4
+#define CHECK_WINDOW 2048                      // bytes of input a warp stages at once
+#define CHECK_STAGED (CHECK_WINDOW + 64)       // staged bytes: the window and the last segment's tail
+
+// Copies page bytes [lo, lo + CHECK_STAGED) (those inside [0, in_len); zero
+// elsewhere) into `words`. `in + lo` is 4-byte aligned; lo may be up to 3
+// bytes before the page's start, and those bytes, like any past its end,
+// are never read.
+GPQ_DEVICE void stage_window(u32* words, const u8* in, i64 lo, u64 in_len, u32 lane) {
+  for (u32 k = lane; k < CHECK_STAGED / 4; k += 32) {
+    i64 at = lo + 4 * (i64)k;
+    u32 w = 0;
+    if (at >= 0 && (u64)at + 4 <= in_len) {
+      w = *(const u32*)(in + at);
+    } else {
+      for (u32 b = 0; b < 4; b++) {
+        i64 q = at + b;
+        if (q >= 0 && (u64)q < in_len) w |= (u32)in[q] << (8 * b);
+      }
+    }
+    words[k] = w;
+  }
+}
+
+GPQ_DEVICE u32 staged_word(const u32* words, u64 k) { return k < CHECK_STAGED / 4 ? words[k] : 0u; }
+
+// The SNAPPY tag that would start at page offset p (window byte `at`).
+struct SnappyTag {
+  u32 kind;      // 0 literal, 1-3 copies
+  u32 header;    // tag byte and its length/offset bytes
+  u64 len;       // output bytes
+  u64 offset;    // copies: how far back
+  u64 advance;   // input bytes to the next tag (header, plus the payload of a literal)
+  bool truncated;
+};
+
+GPQ_DEVICE SnappyTag snappy_tag_at(const u32* words, u64 at, u64 p, u64 in_len) {
+  u32 s = 8 * (u32)(at & 3);
+  u32 w0 = staged_word(words, at >> 2), w1 = staged_word(words, (at >> 2) + 1), w2 = staged_word(words, (at >> 2) + 2);
+  u32 b0_3 = __funnelshift_r(w0, w1, s);
+  u32 b4_7 = __funnelshift_r(w1, w2, s);
+  SnappyTag t;
+  u32 tag = b0_3 & 0xff, t6 = tag >> 2;
+  t.kind = tag & 3;
+  u32 extra = t.kind == 0 ? (t6 >= 60 ? t6 - 59 : 0) : t.kind == 3 ? 4 : t.kind;
+  u32 after = (b0_3 >> 8) | (b4_7 << 24);   // the four bytes after the tag byte
+  u32 v = extra >= 4 ? after : after & ((1u << (8 * extra)) - 1);
+  t.header = 1 + extra;
+  t.truncated = t.header > in_len - p;
+  t.offset = 0;
+  if (t.kind == 0) {
+    t.len = t6 >= 60 ? (u64)v + 1 : (u64)t6 + 1;
+    if (!t.truncated && t.len > in_len - p - t.header) t.truncated = true;
+    t.advance = t.header + t.len;
+  } else {
+    t.len = t.kind == 1 ? ((t6 & 7) + 4u) : (t6 + 1u);
+    t.offset = t.kind == 1 ? (((u64)(tag >> 5) << 8) | v) : v;
+    t.advance = t.header;
+  }
+  return t;
+}
+
+// Why the tag fails, given the output written before it (0 if it does not).
+// The order of the checks is that of a sequential walk.
+GPQ_DEVICE u32 snappy_tag_verdict(const SnappyTag& t, u64 out_before, u64 out_len) {
+  if (t.truncated) return CHECK_TRUNCATED;
+  if (t.kind != 0 && (t.offset == 0 || t.offset > out_before)) return CHECK_BAD_OFFSET;
+  if (t.len > out_len - out_before) return CHECK_OUTPUT_OVERRUN;
+  return CHECK_OK;
+}
+
+// Every lane of the warp calls this with the same page; all get the verdict.
+GPQ_DEVICE u32 check_snappy(const u8* in, u64 in_len, u64 out_len, u32* words, u32 lane) {
+  const unsigned FULL = 0xffffffffu;
   // Preamble: the uncompressed length as a varint of at most 5 bytes.
-  u64 declared = 0;
+  u64 declared = 0, pos = 0;
   bool done = false;
-  for (u32 shift = 0; shift < 35 && c.has(1); shift += 7) {
-    u8 b = in[c.pos++];
+  for (u32 shift = 0; shift < 35 && pos < in_len; shift += 7) {
+    u8 b = in[pos++];
     declared |= (u64)(b & 0x7f) << shift;
     if (!(b & 0x80)) { done = true; break; }
   }
   if (!done) return CHECK_TRUNCATED;
   if (declared != out_len) return CHECK_SIZE_MISMATCH;
-  u64 out = 0;
-  while (c.pos < in_len) {   // every element consumes at least one byte
-    u8 tag = in[c.pos++];
-    u32 kind = tag & 3;
-    u64 len;
-    if (kind == 0) {
-      len = (tag >> 2) + 1u;
-      if ((tag >> 2) >= 60) {
-        u32 n = (tag >> 2) - 59;
-        if (!c.has(n)) return CHECK_TRUNCATED;
-        len = (u64)c.le(n) + 1;
+  u64 out = 0;   // output bytes of the tags before `pos`; never above out_len
+  // Every value below is the same in all lanes except where named per lane.
+  while (pos < in_len) {
+    i64 lo = (i64)pos - (i64)((unsigned long long)(in + pos) & 3);
+    u64 staged_end = (u64)(lo + CHECK_STAGED) < in_len ? (u64)(lo + CHECK_STAGED) : in_len;
+    stage_window(words, in, lo, in_len, lane);
+    __syncwarp();
+    // A segment's 32 candidate tags read up to 8 bytes each: all staged, or
+    // the input ends inside the staged bytes.
+    while (pos < in_len && (pos + 40 <= staged_end || staged_end == in_len)) {
+      u64 p = pos + lane;   // per lane
+      SnappyTag t = snappy_tag_at(words, p - (u64)lo, p, in_len > p ? in_len : p);
+      u32 step = t.advance < 64 ? (u32)t.advance : 64u;
+      // Walk the chain: lane 0 is a tag; candidates past the input's end are not.
+      u32 limit = in_len - pos < 32 ? (u32)(in_len - pos) : 32u;
+      u32 members = 0, last = 0, cur = 0;
+      while (cur < limit) {
+        members |= 1u << cur;
+        last = cur;
+        cur += __shfl_sync(FULL, step, cur);
       }
-      if (!c.has(len)) return CHECK_TRUNCATED;
-      if (len > out_len - out) return CHECK_OUTPUT_OVERRUN;
-      c.pos += len;
-      out += len;
-      continue;
+      bool member = (members >> lane) & 1;
+      u64 last_len = __shfl_sync(FULL, t.len, last);
+      u64 last_advance = __shfl_sync(FULL, t.advance, last);
+      // Tags before the last produce at most 64 bytes each.
+      u32 small = member && lane != last ? (u32)t.len : 0u;
+#pragma unroll
+      for (u32 d = 16; d > 0; d >>= 1) small += __shfl_xor_sync(FULL, small, d);
+      u64 total = small + last_len;
+      bool doubtful = member && (t.truncated || (t.kind != 0 && (t.offset == 0 || t.offset > out)));
+      if (__ballot_sync(FULL, doubtful) == 0 && total <= out_len - out) {
+        out += total;
+        pos += last + last_advance;
+        continue;
+      }
+      // Exact output positions: an inclusive prefix sum over the members.
+      u64 mine = member ? t.len : 0, incl = mine;
+#pragma unroll
+      for (u32 d = 1; d < 32; d <<= 1) {
+        u64 y = __shfl_up_sync(FULL, incl, d);
+        if (lane >= d) incl += y;
+      }
+      u32 verdict = member ? snappy_tag_verdict(t, out + (incl - mine), out_len) : CHECK_OK;
+      u32 failing = __ballot_sync(FULL, verdict != CHECK_OK);
+      if (failing) return __shfl_sync(FULL, verdict, __ffs(failing) - 1);
+      out += __shfl_sync(FULL, incl, 31);
+      pos += last + last_advance;
     }
-    u64 offset;
-    if (kind == 1) {
-      if (!c.has(1)) return CHECK_TRUNCATED;
-      len = ((tag >> 2) & 7) + 4u;
-      offset = ((u64)(tag >> 5) << 8) | in[c.pos++];
-    } else {
-      u32 n = kind == 2 ? 2 : 4;
-      if (!c.has(n)) return CHECK_TRUNCATED;
-      len = (tag >> 2) + 1u;
-      offset = c.le(n);
-    }
-    if (offset == 0 || offset > out) return CHECK_BAD_OFFSET;
-    if (len > out_len - out) return CHECK_OUTPUT_OVERRUN;
-    out += len;
+    __syncwarp();   // the window is read before the next round overwrites it
   }
   return out == out_len ? CHECK_OK : CHECK_SIZE_MISMATCH;
 }
@@ -288,20 +388,28 @@ GPQ_DEVICE u32 check_zstd(const u8* in, u64 in_len, u64 out_len) {
   return CHECK_OK;
 }
 
-// One thread per page of one codec. in_ptrs/in_sizes/out_sizes are nvCOMP's
+// One warp per page of one codec (CHECK_WARPS pages per block of
+// 32 * CHECK_WARPS threads). in_ptrs/in_sizes/out_sizes are nvCOMP's
 // argument arrays; a page that fails has its input replaced by `empty`
 // (`empty_len` bytes, a valid stream of this codec that decodes to nothing).
+// SNAPPY pages are walked by the whole warp; LZ4_RAW and ZSTD by its first
+// lane alone (ZSTD's check jumps from block header to block header, and
+// LZ4_RAW is rare in Parquet files).
 extern "C" __global__ void gpq_check_compressed(u64* in_ptrs, u64* in_sizes, const u64* out_sizes, u32 codec,
                                                 u32 num_pages, u64 empty, u64 empty_len, u32* reasons) {
-  u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= num_pages) return;
+  __shared__ u32 windows[CHECK_WARPS][CHECK_STAGED / 4];
+  u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  u32 i = blockIdx.x * CHECK_WARPS + warp;
+  if (warp >= CHECK_WARPS || i >= num_pages) return;   // whole warps leave together
   const u8* in = (const u8*)in_ptrs[i];
   u64 in_len = in_sizes[i], out_len = out_sizes[i];
   u32 r;
-  if (codec == CHECK_SNAPPY) r = check_snappy(in, in_len, out_len);
+  if (codec == CHECK_SNAPPY) r = check_snappy(in, in_len, out_len, windows[warp], lane);
+  else if (lane != 0) return;
   else if (codec == CHECK_LZ4_RAW) r = check_lz4(in, in_len, out_len);
   else if (codec == CHECK_ZSTD) r = check_zstd(in, in_len, out_len);
   else r = CHECK_UNSUPPORTED;
+  if (lane != 0) return;
   reasons[i] = r;
   if (r) {
     in_ptrs[i] = empty;
