@@ -249,3 +249,19 @@ fn plans_real_files_from_other_writers() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(planned > 0);
 }
+
+/// Row groups of zero rows have no chunks to read: pyarrow's empty table (its
+/// chunks at offset 0 with 0 bytes, or a dictionary page of 0 entries) and a
+/// zero-row row group between two others (`testdata/README.md`).
+#[test]
+fn zero_row_row_groups_have_no_chunks() {
+    let plan = ReadPlan::new(common::testdata("pyarrow_empty_table.parquet"), &ReadOptions::new()).unwrap();
+    assert_eq!((plan.num_rows(), plan.row_groups().len(), plan.chunks().len()), (0, 1, 0));
+    assert_eq!(plan.schema().fields().len(), 5);
+    assert!(plan.io().ranges.is_empty());
+
+    let plan = ReadPlan::new(common::testdata("pyarrow_middle_empty_row_group.parquet"), &ReadOptions::new()).unwrap();
+    assert_eq!(plan.num_rows(), 6);
+    let groups: Vec<usize> = plan.chunks().iter().map(|c| c.row_group).collect();
+    assert_eq!(groups, [0, 0, 0, 0, 0, 2, 2, 2, 2, 2]);
+}

@@ -40,12 +40,19 @@ GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
       break;
     }
     case GPQ_KIND_INT96: {
+      // arrow-rs's Int96::to_{seconds,millis,micros,nanos}, bit for bit: the
+      // Julian day is a signed i32, the nanoseconds a signed i64 (divided
+      // with truncation toward zero), and day * unit-per-day + nanos / div
+      // wraps modulo 2^64. The wrapping arithmetic is done on u64 (signed
+      // overflow is undefined in C++); col.div is 1, 1e3, 1e6 or 1e9.
       u64 nanos = 0;
       for (u32 i = 0; i < 8; i++) nanos |= (u64)src[i] << (8 * i);
       u32 julian = (u32)src[8] | ((u32)src[9] << 8) | ((u32)src[10] << 16) | ((u32)src[11] << 24);
-      i64 days = (i64)julian - 2440588;
-      i64 r = days * 86400 * col.mul + (i64)nanos / col.div;
-      for (u32 i = 0; i < 8; i++) dst[i] = (u8)((u64)r >> (8 * i));
+      i64 days = (i64)(i32)julian - 2440588;
+      u64 per_day = (u64)86400 * (u64)col.mul;
+      i64 div = col.div > 0 ? col.div : 1;
+      u64 r = (u64)days * per_day + (u64)((i64)nanos / div);
+      for (u32 i = 0; i < 8; i++) dst[i] = (u8)(r >> (8 * i));
       break;
     }
     default:

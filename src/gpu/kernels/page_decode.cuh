@@ -76,7 +76,9 @@ GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStrea
   hybrid_init(def, p, 0, 0);
   if (pg.level_mode == 2) {
     if ((u64)pg.rep_len + pg.def_len > left) return GPQ_ERR_TRUNCATED_PAGE;
-    if (pg.rep_len != 0) return GPQ_ERR_LEVEL_OUT_OF_RANGE;       // flat columns have no repetition levels
+    // A flat column has no repetition levels, but some writers store them
+    // anyway in v2 pages (all zeros, bit width 0: parquet-testing's
+    // rle_boolean_encoding.parquet); like arrow-rs, skip them unread.
     p += pg.rep_len;
     left -= pg.rep_len;
     if (col.max_def > 0) hybrid_init(def, p, pg.def_len, 1);
