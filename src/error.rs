@@ -102,6 +102,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The file uses Parquet modular encryption (an encrypted footer, magic
+    /// `PARE`, or a plaintext footer with encrypted columns), which gpq does
+    /// not read. Not a fault of the file.
+    #[error("{} is encrypted (Parquet modular encryption: {detail}); gpq does not read encrypted files", file.display())]
+    Encrypted {
+        /// The file.
+        file: PathBuf,
+        /// How the encryption was recognised.
+        detail: String,
+    },
+
     /// The file is shorter than its own metadata says.
     #[error("{} is truncated: row group {row_group}, column {column} ends at byte {end} but the file has {file_size} bytes", file.display())]
     Truncated {
@@ -276,6 +287,7 @@ impl Error {
             Error::Open { .. } => "open",
             Error::Io { .. } => "io",
             Error::NotParquet { .. } => "not-parquet",
+            Error::Encrypted { .. } => "encrypted",
             Error::Truncated { .. } => "truncated",
             Error::Metadata { .. } => "metadata",
             Error::ColumnNotFound { .. } => "column-not-found",
