@@ -31,7 +31,7 @@ pub(crate) mod values;
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::{DataType, FieldRef};
-use parquet::basic::Encoding;
+use parquet::basic::{Encoding, Type as PhysicalType};
 
 use crate::cuda::DeviceBuffer;
 use crate::error::{CorruptKind, Error, Result};
@@ -144,6 +144,19 @@ pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
         .collect()
 }
 
+/// Whether the kernels decode the non-dictionary, non-PLAIN encoding `e`
+/// for a column of `physical` type decoded by `family` (the encodings
+/// Parquet allows for that type).
+fn encoding_decodable(e: Encoding, physical: PhysicalType, family: Family) -> bool {
+    use PhysicalType as P;
+    match e {
+        Encoding::BYTE_STREAM_SPLIT => {
+            family == Family::Fixed && matches!(physical, P::FLOAT | P::DOUBLE | P::INT32 | P::INT64 | P::FIXED_LEN_BYTE_ARRAY)
+        }
+        _ => false,
+    }
+}
+
 /// Checks that every page uses encodings the kernels decode.
 fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe]) -> Result<()> {
     for (ci, chunk) in table.chunks.iter().enumerate() {
@@ -163,7 +176,8 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
             let p = &table.pages[pi];
             let e = parquet_encoding(p.encoding);
             let ok = matches!(e, Some(Encoding::PLAIN | Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY))
-                || (e == Some(Encoding::RLE) && recipe.family == Family::Bool);
+                || (e == Some(Encoding::RLE) && recipe.family == Family::Bool)
+                || e.is_some_and(|e| encoding_decodable(e, leaf.physical_type, recipe.family));
             if !ok {
                 return Err(unsupported(plan, c.column, format!("{} encoding (page {})", encoding_name(p.encoding), table.page_in_chunk(pi))));
             }
