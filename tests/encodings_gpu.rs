@@ -10,9 +10,6 @@
 //! another one cannot make a test pass. Runs on a GPU, or on the CPU emulator
 //! in builds with the `emulator` feature; reported as ignored otherwise.
 
-// The DELTA trials are registered as their kernels land.
-#![allow(dead_code)]
-
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -30,12 +27,14 @@ use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::schema::types::ColumnPath;
 
-
-
 fn main() -> ExitCode {
     let device = probe_device();
     run_trials(vec![
         gpu_trial(&device, "byte_stream_split_matches_arrow_rs", byte_stream_split_matches_arrow_rs),
+        gpu_trial(&device, "delta_binary_packed_matches_arrow_rs", delta_binary_packed_matches_arrow_rs),
+        gpu_trial(&device, "delta_length_byte_array_matches_arrow_rs", delta_length_byte_array_matches_arrow_rs),
+        gpu_trial(&device, "delta_byte_array_matches_arrow_rs", delta_byte_array_matches_arrow_rs),
+        gpu_trial(&device, "default_v2_writer_falls_back_to_delta", default_v2_writer_falls_back_to_delta),
         gpu_trial(&device, "parquet_testing_encoding_files", parquet_testing_encoding_files),
     ])
 }
@@ -126,7 +125,7 @@ impl Cols {
         for i in 0..self.rows {
             let ok = self.valid();
             let bytes: Vec<u8> = (0..width as usize)
-                .map(|b| if shared_prefix && b + 2 < width as usize { (i / 50 >> b) as u8 } else { self.r.next() as u8 })
+                .map(|b| if shared_prefix && b + 2 < width as usize { ((i / 50) >> b) as u8 } else { self.r.next() as u8 })
                 .collect();
             v.push(ok.then_some(bytes));
         }
@@ -390,7 +389,11 @@ fn parquet_testing_encoding_files(_ctx: &Arc<GpuContext>) {
     let Some(dir) = common::parquet_testing_dir() else { return };
     for name in [
         "byte_stream_split.zstd.parquet",
-                    ] {
+                "delta_binary_packed.parquet",
+        "delta_byte_array.parquet",
+        "delta_length_byte_array.parquet",
+        "delta_encoding_required_column.parquet",
+            ] {
         let path = dir.join(name);
         assert!(path.exists(), "{} is missing from the parquet-testing corpus", path.display());
         assert_same(&path);

@@ -153,6 +153,13 @@ fn encoding_decodable(e: Encoding, physical: PhysicalType, family: Family) -> bo
         Encoding::BYTE_STREAM_SPLIT => {
             family == Family::Fixed && matches!(physical, P::FLOAT | P::DOUBLE | P::INT32 | P::INT64 | P::FIXED_LEN_BYTE_ARRAY)
         }
+        Encoding::DELTA_BINARY_PACKED => family == Family::Fixed && matches!(physical, P::INT32 | P::INT64),
+        Encoding::DELTA_LENGTH_BYTE_ARRAY => physical == P::BYTE_ARRAY && matches!(family, Family::Strings | Family::BytesDecimal),
+        Encoding::DELTA_BYTE_ARRAY => match physical {
+            P::BYTE_ARRAY => matches!(family, Family::Strings | Family::BytesDecimal),
+            P::FIXED_LEN_BYTE_ARRAY => family == Family::Fixed,
+            _ => false,
+        },
         _ => false,
     }
 }

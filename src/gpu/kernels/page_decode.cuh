@@ -3,7 +3,7 @@
 // batch by batch into validity bits and value indices.
 #pragma once
 
-// Mirrors decode/descriptors.rs (ColumnDesc, 104 bytes).
+// Mirrors decode/descriptors.rs (ColumnDesc, 112 bytes).
 struct ColumnDesc {
   u64 values;        // output values (a bitmap for BOOLEAN)
   u64 validity;      // output validity bitmap (32-bit words), 0 for a required column
@@ -11,6 +11,7 @@ struct ColumnDesc {
   u64 chars;         // strings: characters
   u64 scratch_len;   // strings: u32 length per row
   u64 scratch_src;   // strings: u32 source per row (page offset, or dictionary entry)
+  u64 scratch_pre;   // DELTA_BYTE_ARRAY: u32 prefix length per row (0 if the column has no such page)
   u64 null_count;    // address of a u64 counter
   u64 num_rows;      // rows in the output
   i64 mul;           // conversion multiplier
