@@ -5,9 +5,12 @@
 //! checks them against the footer; `decompress` runs nvCOMP (or the CPU
 //! fallback, `cpu_codecs`); `values` lays out the outputs and launches
 //! the value kernels: dictionary indexing for string dictionaries,
-//! fixed-width and boolean decoding, and for strings a sizes pass, a host sum
-//! of page totals, and a characters pass. `types` decides per column which
-//! kernel and conversion produce its Arrow type.
+//! fixed-width and boolean decoding, DELTA_BINARY_PACKED integers, and for
+//! strings a sizes pass, a host sum of page totals, and a characters pass.
+//! `types` decides per column which kernel and conversion produce its Arrow
+//! type. Encodings: PLAIN, dictionaries, RLE booleans, BYTE_STREAM_SPLIT,
+//! DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY, each on
+//! the physical types Parquet allows it for, mixed freely within a chunk.
 //!
 //! nvCOMP is found through `GPQ_NVCOMP_LIB` (an absolute path), the dynamic
 //! loader's search path, and known absolute install locations: the

@@ -1,8 +1,14 @@
 //! Stage 3: values. Lays out every column's output buffers, indexes string
-//! dictionaries, and launches the value kernels: fixed-width and boolean
-//! decoding in one pass; strings as a sizes pass, a host sum of page totals
-//! (which sizes the character buffers), and a characters pass. Every page's
-//! status word is checked before the columns are handed out.
+//! dictionaries, and launches the value kernels, choosing them page by page
+//! (a chunk may start in dictionary pages and fall back to another
+//! encoding): fixed-width and boolean values (PLAIN, dictionary, RLE,
+//! BYTE_STREAM_SPLIT) in one pass, DELTA_BINARY_PACKED integers in another;
+//! strings (and DELTA_BYTE_ARRAY fixed-length arrays) as sizes passes (one
+//! for PLAIN and dictionary pages, one for the DELTA byte-array encodings), a
+//! host sum of page totals (which sizes the character buffers), a characters
+//! pass, and for DELTA_BYTE_ARRAY pages a walk that joins prefixes and
+//! suffixes. Every page's status word is checked before the columns are
+//! handed out.
 
 use std::sync::Arc;
 
