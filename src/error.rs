@@ -102,6 +102,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The file uses Parquet modular encryption (an encrypted footer, magic
+    /// `PARE`, or a plaintext footer with encrypted columns), which gpq does
+    /// not read. Not a fault of the file.
+    #[error("{} is encrypted (Parquet modular encryption: {detail}); gpq does not read encrypted files", file.display())]
+    Encrypted {
+        /// The file.
+        file: PathBuf,
+        /// How the encryption was recognised.
+        detail: String,
+    },
+
     /// The file is shorter than its own metadata says.
     #[error("{} is truncated: row group {row_group}, column {column} ends at byte {end} but the file has {file_size} bytes", file.display())]
     Truncated {
@@ -276,6 +287,7 @@ impl Error {
             Error::Open { .. } => "open",
             Error::Io { .. } => "io",
             Error::NotParquet { .. } => "not-parquet",
+            Error::Encrypted { .. } => "encrypted",
             Error::Truncated { .. } => "truncated",
             Error::Metadata { .. } => "metadata",
             Error::ColumnNotFound { .. } => "column-not-found",
@@ -383,7 +395,8 @@ pub enum CorruptKind {
     TruncatedPage = 7,
     /// An RLE/bit-packed run header is malformed or runs past the end.
     BadRleRun = 8,
-    /// A bit width above 32 (or above what the type allows).
+    /// A bit width above 32 (or above what the type allows: 64 for
+    /// INT64 deltas).
     BitWidth = 9,
     /// A dictionary index beyond the dictionary.
     DictionaryIndex = 10,
@@ -402,6 +415,16 @@ pub enum CorruptKind {
     /// A compressed page fails the structural check made before
     /// decompression (and the CPU decoder rejects it too).
     MalformedCompressedData = 17,
+    /// A DELTA_BINARY_PACKED header or block header is malformed: a block
+    /// size that is not a multiple of 128, no miniblocks, miniblocks of a
+    /// number of values that is not a multiple of 32, a first value or
+    /// minimum delta out of the type's range, an over-long varint.
+    BadDeltaHeader = 18,
+    /// A DELTA_LENGTH_BYTE_ARRAY or DELTA_BYTE_ARRAY length is negative, a
+    /// prefix is longer than the value before it, a fixed-length value has
+    /// another length, or a page's length streams hold another number of
+    /// values than the page.
+    BadDeltaLength = 19,
     /// The page's bytes do not decompress to the size its header says.
     Decompression = 101,
     /// Sizes in the header contradict each other or the stored bytes.
@@ -418,7 +441,7 @@ pub enum CorruptKind {
 
 impl CorruptKind {
     /// Every kind, kernel codes first.
-    pub const ALL: [CorruptKind; 23] = [
+    pub const ALL: [CorruptKind; 25] = [
         CorruptKind::TruncatedHeader,
         CorruptKind::BadHeader,
         CorruptKind::PageOutOfChunk,
@@ -436,6 +459,8 @@ impl CorruptKind {
         CorruptKind::DecimalTooWide,
         CorruptKind::LevelOutOfRange,
         CorruptKind::MalformedCompressedData,
+        CorruptKind::BadDeltaHeader,
+        CorruptKind::BadDeltaLength,
         CorruptKind::Decompression,
         CorruptKind::SizeMismatch,
         CorruptKind::ValueCountMismatch,
@@ -470,7 +495,7 @@ impl CorruptKind {
             CorruptKind::PageCountChanged => "page count changed between passes",
             CorruptKind::TruncatedPage => "a value runs past the end of its page",
             CorruptKind::BadRleRun => "malformed RLE/bit-packed run",
-            CorruptKind::BitWidth => "bit width over 32",
+            CorruptKind::BitWidth => "bit width over what the type allows",
             CorruptKind::DictionaryIndex => "dictionary index out of range",
             CorruptKind::TooFewValues => "page holds fewer values than its header claims",
             CorruptKind::OutputOverflow => "page writes past the end of its column",
@@ -479,6 +504,8 @@ impl CorruptKind {
             CorruptKind::DecimalTooWide => "decimal byte array longer than the output type",
             CorruptKind::LevelOutOfRange => "definition level out of range",
             CorruptKind::MalformedCompressedData => "compressed page is malformed",
+            CorruptKind::BadDeltaHeader => "malformed DELTA_BINARY_PACKED header",
+            CorruptKind::BadDeltaLength => "malformed DELTA byte-array lengths",
             CorruptKind::Decompression => "page does not decompress",
             CorruptKind::SizeMismatch => "page sizes contradict each other",
             CorruptKind::ValueCountMismatch => "pages hold another number of values than the column chunk",
@@ -509,7 +536,7 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), CorruptKind::ALL.len());
         assert_eq!(CorruptKind::from_code(0), None);
-        assert_eq!(CorruptKind::from_code(18), None);
+        assert_eq!(CorruptKind::from_code(20), None);
     }
 
     #[test]

@@ -54,8 +54,10 @@ fn after_failure(ctx: &Arc<GpuContext>, stream: &Arc<GpuStream>, e: Error) -> Er
 
 /// Whether the GPU decodes every column of `plan`; the error says why not
 /// (an [`Error::Unsupported`](crate::Error::Unsupported) for a nested column,
-/// say). Checks types only, before any IO: an encoding the kernels lack is
-/// found when the pages are read.
+/// say). Checks types only, before any IO: every value encoding arrow-rs
+/// reads for flat columns (PLAIN, dictionaries, RLE, BYTE_STREAM_SPLIT and
+/// the DELTA encodings) is decoded on the GPU; the one the kernels lack
+/// (deprecated BIT_PACKED definition levels) is found when the pages are read.
 pub fn can_decode(plan: &ReadPlan) -> Result<()> {
     crate::decode::column_recipes(plan).map(|_| ())
 }

@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, BinaryArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use common::{gpu_trial, probe_device, run_trials};
 use gpq::cuda::GpuContext;
 use gpq::{CorruptKind, Error, ReadOptions, read_parquet_to_device};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::basic::{Compression, Encoding};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use parquet::schema::types::ColumnPath;
 
 fn main() -> ExitCode {
     let device = probe_device();
@@ -26,6 +27,11 @@ fn main() -> ExitCode {
         gpu_trial(&device, "value_count_larger_than_the_page", value_count_larger_than_the_page),
         gpu_trial(&device, "level_stream_shorter_than_the_page", level_stream_shorter_than_the_page),
         gpu_trial(&device, "random_byte_flips_are_errors_or_right_answers", random_byte_flips_are_errors_or_right_answers),
+        gpu_trial(&device, "delta_header_runs_past_the_page", delta_header_runs_past_the_page),
+        gpu_trial(&device, "delta_bit_width_wider_than_the_type", delta_bit_width_wider_than_the_type),
+        gpu_trial(&device, "delta_headers_out_of_bounds", delta_headers_out_of_bounds),
+        gpu_trial(&device, "delta_byte_array_lengths_out_of_bounds", delta_byte_array_lengths_out_of_bounds),
+        gpu_trial(&device, "random_byte_flips_in_delta_and_split_pages", random_byte_flips_in_delta_and_split_pages),
     ])
 }
 
@@ -224,6 +230,183 @@ fn random_byte_flips_are_errors_or_right_answers(ctx: &Arc<GpuContext>) {
             (Err(e), _) if e.is_bad_input() || matches!(e, Error::Unsupported { .. }) => errors += 1,
             // A CUDA error, an emulator deadlock (a hang on a GPU), a panic in a
             // worker, an internal error: never acceptable.
+            (Err(e), _) => bad.push(format!("flip{t}: {} error: {e}", e.kind())),
+            (Ok(table), Ok(expected)) => match table.to_record_batch() {
+                Ok(got) if got == expected => equal += 1,
+                Ok(_) => bad.push(format!("flip{t}: decoded, but differs from arrow-rs")),
+                Err(e) => bad.push(format!("flip{t}: decoded, but conversion failed: {e}")),
+            },
+            (Ok(_), Err(e)) => bad.push(format!("flip{t}: decoded what arrow-rs rejects ({e})")),
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+    eprintln!("{trials} corrupted files: {errors} typed errors, {equal} equal to arrow-rs");
+    assert!(bad.is_empty(), "{} of {trials} corrupted files went wrong:\n{}", bad.len(), bad.join("\n"));
+    healthy_afterwards(dir.path());
+}
+
+/// An uncompressed file of v1 pages, no dictionary, no statistics, each
+/// column in the given encoding (required columns: a page's body is its
+/// value stream).
+fn write_encoded(dir: &Path, name: &str, columns: Vec<(&str, ArrayRef, Encoding)>) -> PathBuf {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_writer_version(WriterVersion::PARQUET_1_0)
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None);
+    for (n, _, e) in &columns {
+        b = b.set_column_encoding(ColumnPath::from(*n), *e);
+    }
+    let batch = RecordBatch::try_from_iter(columns.into_iter().map(|(n, a, _)| (n, a))).unwrap();
+    let path = dir.join(name);
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(b.build())).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    path
+}
+
+/// The offset of the only occurrence of `pattern` in column `column`'s chunk.
+fn find_in_chunk(path: &Path, column: usize, pattern: &[u8]) -> usize {
+    let bytes = std::fs::read(path).unwrap();
+    let plan = gpq::ReadPlan::new(path, &ReadOptions::new()).unwrap();
+    let c = plan.chunks().iter().find(|c| c.column == column).unwrap();
+    let (lo, hi) = (c.file_offset as usize, (c.file_offset + c.len) as usize);
+    let hits: Vec<usize> = bytes[lo..hi].windows(pattern.len()).enumerate().filter(|(_, w)| *w == pattern).map(|(i, _)| lo + i).collect();
+    assert_eq!(hits.len(), 1, "{}: expected one {pattern:02x?} in column {column}'s chunk: {:02x?}", path.display(), &bytes[lo..hi.min(lo + 96)]);
+    hits[0]
+}
+
+fn patch(path: &Path, at: usize, bytes: &[u8]) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at..at + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(path, &b).unwrap();
+}
+
+/// A one-value page whose first value's varint runs past the page's end.
+fn delta_header_runs_past_the_page(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_encoded(dir.path(), "first.parquet", vec![("v", Arc::new(Int64Array::from(vec![1000])), Encoding::DELTA_BINARY_PACKED)]);
+    // Header (INT64: blocks of 256): 4 miniblocks, 1 value, first value zigzag(1000) = 2000 = 0xd0 0x0f.
+    let at = find_in_chunk(&path, 0, &[0x80, 0x02, 0x04, 0x01, 0xd0, 0x0f]);
+    patch(&path, at + 5, &[0x8f]);
+    let (page, _) = expect_corrupt(&path, "v", &[CorruptKind::TruncatedPage]);
+    assert_eq!(page, 0);
+    healthy_afterwards(dir.path());
+}
+
+/// A miniblock of 33-bit INT32 deltas, and one of 65-bit INT64 deltas.
+fn delta_bit_width_wider_than_the_type(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, width, block, array) in [
+        ("i32", 33u8, 0x01u8, Arc::new(Int32Array::from_iter_values((0..1000).map(|i| i * 5 + 1))) as ArrayRef),
+        ("i64", 65, 0x02, Arc::new(Int64Array::from_iter_values((0..1000).map(|i| i * 5 + 1)))),
+    ] {
+        let path = write_encoded(dir.path(), &format!("{name}.parquet"), vec![(name, array, Encoding::DELTA_BINARY_PACKED)]);
+        // Blocks of 128 (INT32) or 256 (INT64) values in 4 miniblocks, 1000 values (0xe8 0x07), first
+        // value 1 (0x02); the first block's min delta 5 (0x0a), then four widths of 0.
+        let at = find_in_chunk(&path, 0, &[0x80, block, 0x04, 0xe8, 0x07, 0x02, 0x0a, 0, 0, 0, 0]);
+        patch(&path, at + 7, &[width]);
+        let (page, _) = expect_corrupt(&path, name, &[CorruptKind::BitWidth]);
+        assert_eq!(page, 0);
+    }
+    healthy_afterwards(dir.path());
+}
+
+/// Crafted DELTA_BINARY_PACKED headers written over an INT32 page's stream.
+fn delta_headers_out_of_bounds(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let values: ArrayRef = Arc::new(Int32Array::from_iter_values((0..1000).map(|i| (i * 7919) % 1009)));
+    let cases: &[(&str, &[u8], CorruptKind)] = &[
+        // 2^26 miniblocks of 32 values in a block of 2^31: the widths run past the page.
+        ("miniblocks past the page", &[0x80, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x20, 0xe8, 0x07, 0x00, 0x00], CorruptKind::TruncatedPage),
+        // A block of 2^35 values: more than a page can hold.
+        ("block size over 2^32", &[0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x04, 0xe8, 0x07, 0x00], CorruptKind::BadDeltaHeader),
+        ("no miniblocks", &[0x80, 0x01, 0x00, 0xe8, 0x07, 0x00], CorruptKind::BadDeltaHeader),
+        ("block size not a multiple of 128", &[0x64, 0x04, 0xe8, 0x07, 0x00], CorruptKind::BadDeltaHeader),
+        ("miniblocks of 16 values", &[0x80, 0x01, 0x08, 0xe8, 0x07, 0x00], CorruptKind::BadDeltaHeader),
+        ("blocks of no values", &[0x00, 0x04, 0xe8, 0x07, 0x00], CorruptKind::BadDeltaHeader),
+        ("value count over 2^63", &[0x80, 0x01, 0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00], CorruptKind::BadDeltaHeader),
+        ("an eleven-byte varint", &[0x80, 0x01, 0x04, 0xe8, 0x87, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00], CorruptKind::BadDeltaHeader),
+        ("first value beyond INT32", &[0x80, 0x01, 0x04, 0xe8, 0x07, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01], CorruptKind::BadDeltaHeader),
+        ("min delta beyond INT32", &[0x80, 0x01, 0x04, 0xe8, 0x07, 0x00, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01], CorruptKind::BadDeltaHeader),
+        ("fewer values than the page", &[0x80, 0x01, 0x04, 0x0a, 0x00], CorruptKind::TooFewValues),
+    ];
+    for (i, (what, header, kind)) in cases.iter().enumerate() {
+        let path = write_encoded(dir.path(), &format!("h{i}.parquet"), vec![("v", values.clone(), Encoding::DELTA_BINARY_PACKED)]);
+        let at = find_in_chunk(&path, 0, &[0x80, 0x01, 0x04, 0xe8, 0x07, 0x00]);
+        patch(&path, at, header);
+        eprintln!("{what}");
+        let (page, _) = expect_corrupt(&path, "v", &[*kind]);
+        assert_eq!(page, 0, "{what}");
+    }
+    healthy_afterwards(dir.path());
+}
+
+/// A negative DELTA_LENGTH_BYTE_ARRAY length, and a DELTA_BYTE_ARRAY prefix
+/// longer than the value before it.
+fn delta_byte_array_lengths_out_of_bounds(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let two = || Arc::new(BinaryArray::from_iter_values([b"abc".as_slice(), b"abd"])) as ArrayRef;
+    // Lengths 3, 3: two values, first value zigzag(3) = 6, min delta 0, widths 0.
+    let path = write_encoded(dir.path(), "dlba.parquet", vec![("s", two(), Encoding::DELTA_LENGTH_BYTE_ARRAY)]);
+    let at = find_in_chunk(&path, 0, &[0x80, 0x01, 0x04, 0x02, 0x06, 0x00, 0, 0, 0, 0]);
+    patch(&path, at + 4, &[0x05]); // first length -3
+    expect_corrupt(&path, "s", &[CorruptKind::BadDeltaLength]);
+    // Prefixes 0, 2: first value 0, min delta zigzag(2) = 4; then suffix lengths 3, 1.
+    let path = write_encoded(dir.path(), "dba.parquet", vec![("s", two(), Encoding::DELTA_BYTE_ARRAY)]);
+    let at = find_in_chunk(&path, 0, &[0x80, 0x01, 0x04, 0x02, 0x00, 0x04, 0, 0, 0, 0]);
+    patch(&path, at + 5, &[0x08]); // second prefix 4 > 3
+    expect_corrupt(&path, "s", &[CorruptKind::BadDeltaLength]);
+    // Prefix counts that differ from the suffix counts.
+    let path = write_encoded(dir.path(), "dba_count.parquet", vec![("s", two(), Encoding::DELTA_BYTE_ARRAY)]);
+    let at = find_in_chunk(&path, 0, &[0x80, 0x01, 0x04, 0x02, 0x00, 0x04, 0, 0, 0, 0]);
+    patch(&path, at + 3, &[0x01]);
+    // One prefix needs no block: what follows the header is read as the suffix lengths' header.
+    expect_corrupt(&path, "s", &[CorruptKind::BadDeltaLength, CorruptKind::BadDeltaHeader]);
+    healthy_afterwards(dir.path());
+}
+
+/// Byte flips anywhere in the chunks of DELTA and BYTE_STREAM_SPLIT
+/// columns: each read is a typed error or equals arrow-rs.
+fn random_byte_flips_in_delta_and_split_pages(ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 700;
+    let mut rng = common::Rng::new(5);
+    let ints: ArrayRef = Arc::new(Int64Array::from_iter((0..n).map(|i| (i % 9 != 0).then_some(i * 1_000_003 % 77_777))));
+    let words: Vec<Vec<u8>> = (0..n).map(|i| format!("key-{:06}-{}", i / 4, rng.below(50)).into_bytes()).collect();
+    let dba: ArrayRef = Arc::new(BinaryArray::from_iter(words.iter().enumerate().map(|(i, w)| (i % 7 != 0).then_some(w.as_slice()))));
+    let dlba: ArrayRef = Arc::new(BinaryArray::from_iter_values(words.iter().rev().map(|w| w.as_slice())));
+    let floats: ArrayRef = Arc::new(Float64Array::from_iter((0..n).map(|i| (i % 5 != 0).then_some(i as f64 / 3.0))));
+    let clean = write_encoded(
+        dir.path(),
+        "clean.parquet",
+        vec![
+            ("i", ints, Encoding::DELTA_BINARY_PACKED),
+            ("p", dba, Encoding::DELTA_BYTE_ARRAY),
+            ("l", dlba, Encoding::DELTA_LENGTH_BYTE_ARRAY),
+            ("f", floats, Encoding::BYTE_STREAM_SPLIT),
+        ],
+    );
+    common::assert_batches_equal("clean", &common::arrow_rs(&clean).unwrap(), &read_parquet_to_device(&clean, &ReadOptions::new()).unwrap().to_record_batch().unwrap());
+    let original = std::fs::read(&clean).unwrap();
+    let plan = gpq::ReadPlan::new(&clean, &ReadOptions::new()).unwrap();
+    let (lo, hi) = (4usize, plan.chunks().iter().map(|c| c.file_offset + c.len).max().unwrap() as usize);
+    let trials = if ctx.is_emulated() { 400 } else { 1000 };
+    let (mut errors, mut equal) = (0, 0);
+    let mut bad = Vec::new();
+    for t in 0..trials {
+        let mut bytes = original.clone();
+        for _ in 0..1 + rng.below(3) {
+            let i = lo + rng.below((hi - lo) as u64) as usize;
+            bytes[i] ^= 1 << rng.below(8);
+        }
+        let path = dir.path().join(format!("flip{t}.parquet"));
+        std::fs::write(&path, &bytes).unwrap();
+        // arrow-rs panics on some corrupt DELTA pages (an overflowing add in a debug build): a rejection.
+        let expected = std::panic::catch_unwind(|| common::arrow_rs(&path))
+            .unwrap_or_else(|_| Err(parquet::errors::ParquetError::General("arrow-rs panicked".into())));
+        match (read_parquet_to_device(&path, &ReadOptions::new()), expected) {
+            (Err(e), _) if e.is_bad_input() || matches!(e, Error::Unsupported { .. }) => errors += 1,
             (Err(e), _) => bad.push(format!("flip{t}: {} error: {e}", e.kind())),
             (Ok(table), Ok(expected)) => match table.to_record_batch() {
                 Ok(got) if got == expected => equal += 1,

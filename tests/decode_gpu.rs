@@ -409,11 +409,6 @@ fn tpch_tables_match(ctx: &Arc<GpuContext>) {
 /// (coverage) empties this list; a file that starts to decode must be taken
 /// off it.
 const NOT_YET_DECODED: &[(&str, &str)] = &[
-    ("byte_stream_split.zstd.parquet", "BYTE_STREAM_SPLIT encoding"),
-    ("delta_binary_packed.parquet", "DELTA_BINARY_PACKED encoding"),
-    ("delta_byte_array.parquet", "DELTA_BYTE_ARRAY encoding"),
-    ("delta_encoding_required_column.parquet", "DELTA_BINARY_PACKED encoding"),
-    ("delta_length_byte_array.parquet", "DELTA_LENGTH_BYTE_ARRAY encoding"),
     ("incorrect_map_schema.parquet", "nested type Map"),
     // arrow-rs 59 fails on this one too (its strings overflow i32 offsets).
     ("large_string_map.brotli.parquet", "nested type Map"),

@@ -249,3 +249,65 @@ fn plans_real_files_from_other_writers() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(planned > 0);
 }
+
+/// Files with Parquet modular encryption get `Error::Encrypted`, not "no
+/// PAR1 magic" or a schema error: an encrypted footer (magic `PARE` at both
+/// ends), and a plaintext footer that names an encryption algorithm
+/// (crafted, and parquet-mr's from apache/parquet-testing, `testdata/README.md`).
+#[test]
+fn encrypted_files_are_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = sample(dir.path());
+    let bytes = std::fs::read(&good).unwrap();
+    let expect_encrypted = |path: &Path, needle: &str| match ReadPlan::new(path, &ReadOptions::new()) {
+        Err(e @ Error::Encrypted { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("encrypted") && text.contains(needle), "{}: {text}", path.display());
+            assert!(text.contains(&*path.to_string_lossy()), "{text}");
+            assert_eq!(e.kind(), "encrypted");
+            assert!(!e.is_bad_input(), "an encrypted file is not a corrupt one");
+        }
+        other => panic!("{}: expected Error::Encrypted, got {other:?}", path.display()),
+    };
+
+    // Encrypted footer: the same bytes between PARE magics.
+    let mut pare = bytes.clone();
+    let n = pare.len();
+    pare[..4].copy_from_slice(b"PARE");
+    pare[n - 4..].copy_from_slice(b"PARE");
+    let path = dir.path().join("encrypted_footer.parquet");
+    std::fs::write(&path, &pare).unwrap();
+    expect_encrypted(&path, "PARE");
+
+    // Plaintext footer with FileMetaData.encryption_algorithm (field 8, long
+    // form header) = AES_GCM_V1 {}, added before the footer's final stop byte.
+    let footer_len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+    let footer = &bytes[n - 8 - footer_len..n - 8];
+    assert_eq!(footer.last(), Some(&0));
+    let mut plaintext = bytes[..n - 8 - footer_len].to_vec();
+    plaintext.extend_from_slice(&footer[..footer_len - 1]);
+    plaintext.extend_from_slice(&[0x0c, 0x10, 0x1c, 0x00, 0x00, 0x00]);
+    plaintext.extend_from_slice(&(footer_len as u32 + 5).to_le_bytes());
+    plaintext.extend_from_slice(b"PAR1");
+    let path = dir.path().join("plaintext_footer.parquet");
+    std::fs::write(&path, &plaintext).unwrap();
+    expect_encrypted(&path, "encryption_algorithm");
+
+    expect_encrypted(&common::testdata("encrypt_columns_plaintext_footer.parquet.encrypted"), "plaintext footer");
+}
+
+/// Row groups of zero rows have no chunks to read: pyarrow's empty table (its
+/// chunks at offset 0 with 0 bytes, or a dictionary page of 0 entries) and a
+/// zero-row row group between two others (`testdata/README.md`).
+#[test]
+fn zero_row_row_groups_have_no_chunks() {
+    let plan = ReadPlan::new(common::testdata("pyarrow_empty_table.parquet"), &ReadOptions::new()).unwrap();
+    assert_eq!((plan.num_rows(), plan.row_groups().len(), plan.chunks().len()), (0, 1, 0));
+    assert_eq!(plan.schema().fields().len(), 5);
+    assert!(plan.io().ranges.is_empty());
+
+    let plan = ReadPlan::new(common::testdata("pyarrow_middle_empty_row_group.parquet"), &ReadOptions::new()).unwrap();
+    assert_eq!(plan.num_rows(), 6);
+    let groups: Vec<usize> = plan.chunks().iter().map(|c| c.row_group).collect();
+    assert_eq!(groups, [0, 0, 0, 0, 0, 2, 2, 2, 2, 2]);
+}

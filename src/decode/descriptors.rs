@@ -90,6 +90,8 @@ pub(crate) struct ColumnDesc {
     pub scratch_len: u64,
     /// Per-row sources (strings).
     pub scratch_src: u64,
+    /// Per-row prefix lengths (columns with DELTA_BYTE_ARRAY pages), else 0.
+    pub scratch_pre: u64,
     /// Address of the column's null counter.
     pub null_count: u64,
     /// Rows of output.
@@ -180,7 +182,7 @@ pub(crate) struct CopyDesc {
 
 const _: () = assert!(std::mem::size_of::<ChunkDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<PageInfo>() == 80);
-const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 104);
+const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 112);
 const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
 const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<CopyDesc>() == 24);

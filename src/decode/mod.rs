@@ -5,9 +5,12 @@
 //! checks them against the footer; `decompress` runs nvCOMP (or the CPU
 //! fallback, `cpu_codecs`); `values` lays out the outputs and launches
 //! the value kernels: dictionary indexing for string dictionaries,
-//! fixed-width and boolean decoding, and for strings a sizes pass, a host sum
-//! of page totals, and a characters pass. `types` decides per column which
-//! kernel and conversion produce its Arrow type.
+//! fixed-width and boolean decoding, DELTA_BINARY_PACKED integers, and for
+//! strings a sizes pass, a host sum of page totals, and a characters pass.
+//! `types` decides per column which kernel and conversion produce its Arrow
+//! type. Encodings: PLAIN, dictionaries, RLE booleans, BYTE_STREAM_SPLIT,
+//! DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY, each on
+//! the physical types Parquet allows it for, mixed freely within a chunk.
 //!
 //! nvCOMP is found through `GPQ_NVCOMP_LIB` (an absolute path), the dynamic
 //! loader's search path, and known absolute install locations: the
@@ -31,7 +34,7 @@ pub(crate) mod values;
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::{DataType, FieldRef};
-use parquet::basic::Encoding;
+use parquet::basic::{Encoding, Type as PhysicalType};
 
 use crate::cuda::DeviceBuffer;
 use crate::error::{CorruptKind, Error, Result};
@@ -144,6 +147,26 @@ pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
         .collect()
 }
 
+/// Whether the kernels decode the non-dictionary, non-PLAIN encoding `e`
+/// for a column of `physical` type decoded by `family` (the encodings
+/// Parquet allows for that type).
+fn encoding_decodable(e: Encoding, physical: PhysicalType, family: Family) -> bool {
+    use PhysicalType as P;
+    match e {
+        Encoding::BYTE_STREAM_SPLIT => {
+            family == Family::Fixed && matches!(physical, P::FLOAT | P::DOUBLE | P::INT32 | P::INT64 | P::FIXED_LEN_BYTE_ARRAY)
+        }
+        Encoding::DELTA_BINARY_PACKED => family == Family::Fixed && matches!(physical, P::INT32 | P::INT64),
+        Encoding::DELTA_LENGTH_BYTE_ARRAY => physical == P::BYTE_ARRAY && matches!(family, Family::Strings | Family::BytesDecimal),
+        Encoding::DELTA_BYTE_ARRAY => match physical {
+            P::BYTE_ARRAY => matches!(family, Family::Strings | Family::BytesDecimal),
+            P::FIXED_LEN_BYTE_ARRAY => family == Family::Fixed,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Checks that every page uses encodings the kernels decode.
 fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe]) -> Result<()> {
     for (ci, chunk) in table.chunks.iter().enumerate() {
@@ -163,7 +186,8 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
             let p = &table.pages[pi];
             let e = parquet_encoding(p.encoding);
             let ok = matches!(e, Some(Encoding::PLAIN | Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY))
-                || (e == Some(Encoding::RLE) && recipe.family == Family::Bool);
+                || (e == Some(Encoding::RLE) && recipe.family == Family::Bool)
+                || e.is_some_and(|e| encoding_decodable(e, leaf.physical_type, recipe.family));
             if !ok {
                 return Err(unsupported(plan, c.column, format!("{} encoding (page {})", encoding_name(p.encoding), table.page_in_chunk(pi))));
             }

@@ -1,12 +1,19 @@
 //! Stage 3: values. Lays out every column's output buffers, indexes string
-//! dictionaries, and launches the value kernels: fixed-width and boolean
-//! decoding in one pass; strings as a sizes pass, a host sum of page totals
-//! (which sizes the character buffers), and a characters pass. Every page's
-//! status word is checked before the columns are handed out.
+//! dictionaries, and launches the value kernels, choosing them page by page
+//! (a chunk may start in dictionary pages and fall back to another
+//! encoding): fixed-width and boolean values (PLAIN, dictionary, RLE,
+//! BYTE_STREAM_SPLIT) in one pass, DELTA_BINARY_PACKED integers in another;
+//! strings (and DELTA_BYTE_ARRAY fixed-length arrays) as sizes passes (one
+//! for PLAIN and dictionary pages, one for the DELTA byte-array encodings), a
+//! host sum of page totals (which sizes the character buffers), a characters
+//! pass, and for DELTA_BYTE_ARRAY pages a walk that joins prefixes and
+//! suffixes. Every page's status word is checked before the columns are
+//! handed out.
 
 use std::sync::Arc;
 
 use arrow::datatypes::DataType;
+use parquet::basic::Encoding;
 
 use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Result};
@@ -18,7 +25,7 @@ use super::decompress::Decompressed;
 use super::descriptors::{ColumnDesc, DictDesc, PageDesc, page_type};
 use super::pages::{PageTable, corrupt};
 use super::types::{ColumnRecipe, Family};
-use super::{DecodedColumn, unsupported};
+use super::{DecodedColumn, parquet_encoding, unsupported};
 
 const BLOCK: u32 = 256;
 
@@ -39,6 +46,29 @@ struct Outputs {
     validity: Option<DeviceBuffer>,
     offsets: Option<DeviceBuffer>,
     scratch: Option<(DeviceBuffer, DeviceBuffer)>,
+    prefixes: Option<DeviceBuffer>,
+}
+
+/// Which kernels decode a page's values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// gpq_decode_fixed: PLAIN, dictionary, RLE booleans, BYTE_STREAM_SPLIT.
+    Fixed,
+    /// gpq_decode_delta: DELTA_BINARY_PACKED integers.
+    Delta,
+    /// The string passes (sizes, then characters, decimals or, for
+    /// DELTA_BYTE_ARRAY, the prefix walk), also for FIXED_LEN_BYTE_ARRAY
+    /// pages in DELTA_BYTE_ARRAY.
+    Strings,
+}
+
+fn route(family: Family, encoding: u32) -> Route {
+    match (family, parquet_encoding(encoding)) {
+        (Family::Strings | Family::BytesDecimal, _) => Route::Strings,
+        (_, Some(Encoding::DELTA_BINARY_PACKED)) => Route::Delta,
+        (_, Some(Encoding::DELTA_BYTE_ARRAY)) => Route::Strings,
+        _ => Route::Fixed,
+    }
 }
 
 /// Decodes the (decompressed) pages of `table` into device columns of
@@ -55,6 +85,14 @@ pub(crate) fn decode_columns(
     let ncols = plan.columns.len();
     let null_counts = DeviceBuffer::alloc(stream, 8 * ncols.max(1) as u64, "null counts")?;
     null_counts.fill(stream, 0)?;
+
+    // Columns with DELTA_BYTE_ARRAY pages keep per-row prefix lengths (and,
+    // for FIXED_LEN_BYTE_ARRAY, the string scratch arrays).
+    let mut has_dba = vec![false; ncols];
+    for (ci, ch) in table.chunks.iter().enumerate() {
+        let col = plan.chunks[ci].column;
+        has_dba[col] |= ch.data.iter().any(|&pi| parquet_encoding(table.pages[pi].encoding) == Some(Encoding::DELTA_BYTE_ARRAY));
+    }
 
     // Output buffers and the column table.
     let mut outputs: Vec<Outputs> = Vec::with_capacity(ncols);
@@ -83,12 +121,17 @@ pub(crate) fn decode_columns(
             Family::Strings => (DeviceBuffer::alloc(stream, 0, "characters")?, None, None),
         };
         let scratch = match r.family {
+            _ if r.family == Family::Fixed && has_dba[ci] => Some((
+                DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string lengths")?,
+                DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string sources")?,
+            )),
             Family::Strings | Family::BytesDecimal => Some((
                 DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string lengths")?,
                 DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "string sources")?,
             )),
             _ => scratch,
         };
+        let prefixes = if has_dba[ci] { Some(DeviceBuffer::alloc(stream, 4 * num_rows.max(1) as u64, "prefix lengths")?) } else { None };
         descs.push(ColumnDesc {
             values: values.ptr(),
             validity: validity.as_ref().map_or(0, |v| v.ptr()),
@@ -96,6 +139,7 @@ pub(crate) fn decode_columns(
             chars: 0,
             scratch_len: scratch.as_ref().map_or(0, |s| s.0.ptr()),
             scratch_src: scratch.as_ref().map_or(0, |s| s.1.ptr()),
+            scratch_pre: prefixes.as_ref().map_or(0, |s| s.ptr()),
             null_count: null_counts.ptr() + 8 * ci as u64,
             num_rows: num_rows as u64,
             mul: r.mul,
@@ -107,7 +151,7 @@ pub(crate) fn decode_columns(
             large_offsets: 0,
             pad: 0,
         });
-        outputs.push(Outputs { values, validity, offsets, scratch });
+        outputs.push(Outputs { values, validity, offsets, scratch, prefixes });
     }
 
     // String dictionaries: an (offset, length) table per dictionary page.
@@ -159,6 +203,8 @@ pub(crate) fn decode_columns(
     // Page descriptors, split by kernel family.
     let mut fixed_pages: Vec<PageDesc> = Vec::new();
     let mut fixed_origin: Vec<PageOrigin> = Vec::new();
+    let mut delta_pages: Vec<PageDesc> = Vec::new();
+    let mut delta_origin: Vec<PageOrigin> = Vec::new();
     let mut str_pages: Vec<PageDesc> = Vec::new();
     let mut str_origin: Vec<PageOrigin> = Vec::new();
     let mut row_of_column = vec![0u64; ncols];
@@ -211,16 +257,13 @@ pub(crate) fn decode_columns(
             };
             row_of_column[col] += p.num_values as u64;
             let origin = PageOrigin { chunk: ci, page_no: table.page_in_chunk(pi) };
-            match r.family {
-                Family::Fixed | Family::Bool => {
-                    fixed_pages.push(desc);
-                    fixed_origin.push(origin);
-                }
-                Family::Strings | Family::BytesDecimal => {
-                    str_pages.push(desc);
-                    str_origin.push(origin);
-                }
-            }
+            let (pages, origins) = match route(r.family, p.encoding) {
+                Route::Fixed => (&mut fixed_pages, &mut fixed_origin),
+                Route::Delta => (&mut delta_pages, &mut delta_origin),
+                Route::Strings => (&mut str_pages, &mut str_origin),
+            };
+            pages.push(desc);
+            origins.push(origin);
         }
     }
     for (col, &rows) in row_of_column.iter().enumerate() {
@@ -238,6 +281,12 @@ pub(crate) fn decode_columns(
         // SAFETY: arguments match gpq_decode_fixed; outputs hold num_rows values per column.
         unsafe { kernels.launch(Kernel::DecodeFixed, launch_grid(fixed_pages.len())?, BLOCK, 0, stream, &mut args)? };
     }
+    let d_delta = DeviceBuffer::from_host(stream, as_bytes(&delta_pages), "delta page table")?;
+    if !delta_pages.is_empty() {
+        let mut args = KernelArgs::new().arg(d_delta.ptr()).arg(d_columns.ptr());
+        // SAFETY: arguments match gpq_decode_delta; outputs hold num_rows values per column.
+        unsafe { kernels.launch(Kernel::DecodeDelta, launch_grid(delta_pages.len())?, BLOCK, 0, stream, &mut args)? };
+    }
 
     // Strings: sizes, then character bases from the page totals, then characters.
     let mut col_total = vec![0u64; ncols];
@@ -247,6 +296,15 @@ pub(crate) fn decode_columns(
         let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr()).arg(page_chars.ptr());
         // SAFETY: arguments match gpq_string_sizes; scratch arrays hold num_rows entries.
         unsafe { kernels.launch(Kernel::StringSizes, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
+        let delta_strings = str_pages.iter().any(|p| {
+            matches!(parquet_encoding(p.encoding), Some(Encoding::DELTA_LENGTH_BYTE_ARRAY | Encoding::DELTA_BYTE_ARRAY))
+        });
+        if delta_strings {
+            let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr()).arg(page_chars.ptr());
+            // SAFETY: arguments match gpq_delta_string_sizes (each kernel takes only its own pages);
+            // scratch arrays, prefix lengths included where DELTA_BYTE_ARRAY pages are, hold num_rows entries.
+            unsafe { kernels.launch(Kernel::DeltaStringSizes, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
+        }
         check_dicts(plan, &d_dicts, &dict_origin)?;
         let totals: Vec<u64> = from_bytes(&page_chars.to_host()?);
         let statuses: Vec<PageDesc> = from_bytes(&d_str.to_host()?);
@@ -289,6 +347,12 @@ pub(crate) fn decode_columns(
             // SAFETY: arguments match gpq_bytes_decimal; values hold num_rows decimals.
             unsafe { kernels.launch(Kernel::BytesDecimal, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
         }
+        if str_pages.iter().any(|p| parquet_encoding(p.encoding) == Some(Encoding::DELTA_BYTE_ARRAY)) {
+            let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
+            // SAFETY: arguments match gpq_delta_byte_array_values; after gpq_string_chars (same stream)
+            // the offsets exist, and values hold num_rows values per fixed-width column.
+            unsafe { kernels.launch(Kernel::DeltaByteArrayValues, launch_grid(str_pages.len())?, 32, 0, stream, &mut args)? };
+        }
         stream.synchronize()?;
         let statuses: Vec<PageDesc> = from_bytes(&d_str.to_host()?);
         check_pages(plan, &statuses, &str_origin)?;
@@ -296,6 +360,8 @@ pub(crate) fn decode_columns(
     stream.synchronize()?;
     let statuses: Vec<PageDesc> = from_bytes(&d_fixed.to_host()?);
     check_pages(plan, &statuses, &fixed_origin)?;
+    let statuses: Vec<PageDesc> = from_bytes(&d_delta.to_host()?);
+    check_pages(plan, &statuses, &delta_origin)?;
     let nulls: Vec<u64> = from_bytes(&null_counts.to_host()?);
 
     let mut columns = Vec::with_capacity(ncols);
@@ -309,6 +375,7 @@ pub(crate) fn decode_columns(
             };
         }
         drop(o.scratch);
+        drop(o.prefixes);
         columns.push(DecodedColumn {
             field: plan.columns[ci].field.clone(),
             device_type,

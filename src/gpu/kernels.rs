@@ -37,6 +37,12 @@ pub enum Kernel {
     StringChars,
     /// Decimals stored as byte arrays (`decode_strings.cu`).
     BytesDecimal,
+    /// DELTA_BINARY_PACKED values (`decode_delta.cu`).
+    DecodeDelta,
+    /// Lengths and sources of DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY values (`decode_delta.cu`).
+    DeltaStringSizes,
+    /// DELTA_BYTE_ARRAY values built from prefixes and suffixes (`decode_delta.cu`).
+    DeltaByteArrayValues,
     /// Batched device-to-device copies (`copy.cu`).
     BatchedCopy,
     /// Structural checks of compressed pages before nvCOMP (`check_compressed.cu`).
@@ -45,7 +51,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 10] = [
+    pub const ALL: [Kernel; 13] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -54,6 +60,9 @@ impl Kernel {
         Kernel::StringSizes,
         Kernel::StringChars,
         Kernel::BytesDecimal,
+        Kernel::DecodeDelta,
+        Kernel::DeltaStringSizes,
+        Kernel::DeltaByteArrayValues,
         Kernel::BatchedCopy,
         Kernel::CheckCompressed,
     ];
@@ -69,6 +78,9 @@ impl Kernel {
             Kernel::StringSizes => "gpq_string_sizes",
             Kernel::StringChars => "gpq_string_chars",
             Kernel::BytesDecimal => "gpq_bytes_decimal",
+            Kernel::DecodeDelta => "gpq_decode_delta",
+            Kernel::DeltaStringSizes => "gpq_delta_string_sizes",
+            Kernel::DeltaByteArrayValues => "gpq_delta_byte_array_values",
             Kernel::BatchedCopy => "gpq_batched_copy",
             Kernel::CheckCompressed => "gpq_check_compressed",
         }
@@ -82,8 +94,10 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("page_headers.cu", include_str!("kernels/page_headers.cu")),
     ("rle.cuh", include_str!("kernels/rle.cuh")),
     ("page_decode.cuh", include_str!("kernels/page_decode.cuh")),
+    ("delta.cuh", include_str!("kernels/delta.cuh")),
     ("decode_values.cu", include_str!("kernels/decode_values.cu")),
     ("decode_strings.cu", include_str!("kernels/decode_strings.cu")),
+    ("decode_delta.cu", include_str!("kernels/decode_delta.cu")),
     ("copy.cu", include_str!("kernels/copy.cu")),
     ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
 ];

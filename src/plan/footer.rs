@@ -26,6 +26,8 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataR
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"PAR1";
+/// The magic of files whose footer is encrypted (Parquet modular encryption).
+const ENCRYPTED_MAGIC: &[u8; 4] = b"PARE";
 
 /// Start of the message a caught panic of the parquet crate becomes.
 const PANIC_NOTE: &str = "the parquet crate panicked";
@@ -92,8 +94,14 @@ fn read_footer_impl(path: &Path, page_index: bool) -> Result<Footer> {
     check_magic(path, &mut file, file_size)?;
     let (footer_start, footer) = read_footer_bytes(path, &mut file, file_size)?;
 
-    precheck::check(&footer, precheck::FILE_META_DATA)
+    let walked = precheck::check(&footer, precheck::FILE_META_DATA)
         .map_err(|reason| metadata_error(path, format!("footer rejected before decoding: {reason}")))?;
+    if let Some(field) = walked.encryption {
+        return Err(Error::Encrypted {
+            file: path.to_path_buf(),
+            detail: format!("a plaintext footer with {field}"),
+        });
+    }
     let metadata = catch_parquet_panic("decoding the footer", || ParquetMetaDataReader::decode_metadata(&footer))
         .map_err(|source| {
             let text = source.to_string();
@@ -224,6 +232,9 @@ fn check_magic(path: &Path, file: &mut File, file_size: u64) -> Result<()> {
     let mut tail = [0u8; 4];
     read_at(path, file, 0, &mut head)?;
     read_at(path, file, file_size - 4, &mut tail)?;
+    if &head == ENCRYPTED_MAGIC || &tail == ENCRYPTED_MAGIC {
+        return Err(Error::Encrypted { file: path.to_path_buf(), detail: "an encrypted footer (magic PARE)".into() });
+    }
     match (&head == MAGIC, &tail == MAGIC) {
         (true, true) => Ok(()),
         (true, false) => Err(not_parquet(
@@ -262,6 +273,9 @@ mod precheck {
         Struct(&'static [(i16, Ty)]),
         /// `FileMetaData.schema`: a list of `SchemaElement`s, whose tree is checked too.
         Schema,
+        /// A field only files with Parquet modular encryption have (named
+        /// for the error), of the inner type: the walk reports having seen it.
+        Encryption(&'static str, &'static Ty),
     }
 
     use Ty::{Binary, Bool, Double, I8, I16, I32, I64, List, Struct};
@@ -360,8 +374,8 @@ mod precheck {
         (5, I32),
         (6, I64),
         (7, I32),
-        (8, COLUMN_CRYPTO_META_DATA),
-        (9, Binary),
+        (8, Ty::Encryption("encrypted columns (ColumnChunk.crypto_metadata)", &COLUMN_CRYPTO_META_DATA)),
+        (9, Ty::Encryption("encrypted column metadata (ColumnChunk.encrypted_column_metadata)", &Binary)),
     ]);
     const SORTING_COLUMN: Ty = Struct(&[(1, I32), (2, Bool), (3, Bool)]);
     const ROW_GROUP: Ty = Struct(&[
@@ -375,6 +389,7 @@ mod precheck {
     ]);
     const COLUMN_ORDER: Ty = Struct(&[(1, EMPTY)]);
     const AES_GCM: Ty = Struct(&[(1, Binary), (2, Binary), (3, Bool)]);
+    const ENCRYPTION_ALGORITHM: Ty = Struct(&[(1, AES_GCM), (2, AES_GCM)]);
     /// Parquet's `FileMetaData`, the footer.
     pub(super) const FILE_META_DATA: Ty = Struct(&[
         (1, I32),
@@ -384,8 +399,8 @@ mod precheck {
         (5, List(&KEY_VALUE)),
         (6, Binary),
         (7, List(&COLUMN_ORDER)),
-        (8, Struct(&[(1, AES_GCM), (2, AES_GCM)])),
-        (9, Binary),
+        (8, Ty::Encryption("an encryption algorithm (FileMetaData.encryption_algorithm)", &ENCRYPTION_ALGORITHM)),
+        (9, Ty::Encryption("a footer signing key (FileMetaData.footer_signing_key_metadata)", &Binary)),
     ]);
     const PAGE_LOCATION: Ty = Struct(&[(1, I64), (2, I32), (3, I64)]);
     /// One column chunk's `OffsetIndex`.
@@ -401,10 +416,18 @@ mod precheck {
         (7, List(&I64)),
     ]);
 
+    /// What a walk saw besides a sound structure.
+    #[derive(Debug, Default)]
+    pub(super) struct Walked {
+        /// The first field seen that only encrypted files have, by name.
+        pub(super) encryption: Option<&'static str>,
+    }
+
     /// Walks one value of type `root` at the start of `buf` (trailing bytes are ignored, as the parquet crate does).
-    pub(super) fn check(buf: &[u8], root: Ty) -> Result<(), String> {
-        let mut walker = Walker { buf, pos: 0, budget: buf.len().saturating_add(64) };
-        walker.value(root)
+    pub(super) fn check(buf: &[u8], root: Ty) -> Result<Walked, String> {
+        let mut walker = Walker { buf, pos: 0, budget: buf.len().saturating_add(64), walked: Walked::default() };
+        walker.value(root)?;
+        Ok(walker.walked)
     }
 
     /// The compact-protocol type code a value of `ty` is written with.
@@ -419,6 +442,7 @@ mod precheck {
             Binary => 8,
             List(_) | Ty::Schema => 9,
             Struct(_) => 12,
+            Ty::Encryption(_, inner) => wire_type(*inner),
         }
     }
 
@@ -427,6 +451,7 @@ mod precheck {
         match ty {
             Bool => wire == 1 || wire == 2,
             List(_) | Ty::Schema => wire == 9 || wire == 10,
+            Ty::Encryption(_, inner) => field_matches(*inner, wire),
             _ => wire == wire_type(ty),
         }
     }
@@ -436,6 +461,7 @@ mod precheck {
         pos: usize,
         /// Values still allowed to be visited.
         budget: usize,
+        walked: Walked,
     }
 
     impl Walker<'_> {
@@ -571,6 +597,10 @@ mod precheck {
                 }
                 Struct(fields) => self.structure(fields, false).map(drop),
                 Ty::Schema => self.schema(),
+                Ty::Encryption(name, inner) => {
+                    self.walked.encryption.get_or_insert(name);
+                    self.value(*inner)
+                }
             }
         }
 

@@ -178,6 +178,13 @@ impl ReadPlan {
             num_rows = checked_total(num_rows, rg_rows).ok_or_else(|| {
                 metadata_error(path, format!("row group {rg}: the row groups' row counts add up past 2^63 - 1"))
             })?;
+            // A row group of no rows has nothing to read. Its chunks need not
+            // point anywhere: pyarrow writes an empty table's chunks at offset
+            // 0 with 0 bytes (or as a dictionary page of 0 entries), and
+            // arrow-rs reads such files without looking at them.
+            if rg_rows == 0 {
+                continue;
+            }
             let mut leaf_totals = leaf_values.iter_mut();
             for (ci, col) in columns.iter().enumerate() {
                 for (li, leaf) in col.leaves.iter().enumerate() {
@@ -274,7 +281,8 @@ impl ReadPlan {
         self.num_rows
     }
 
-    /// Chunks, row-group-major (for each row group, every leaf of every column).
+    /// Chunks, row-group-major (for each row group, every leaf of every
+    /// column). Row groups of zero rows have none: there is nothing to read.
     pub fn chunks(&self) -> &[ChunkPlan] {
         &self.chunks
     }

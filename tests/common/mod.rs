@@ -77,6 +77,19 @@ pub fn parquet_testing_dir() -> Option<PathBuf> {
     found
 }
 
+/// A committed file of `testdata/` (its README says how each was made):
+/// under the crate root at build time, else the working directory;
+/// `GPQ_TESTDATA` (set by the device script) overrides.
+pub fn testdata(name: &str) -> PathBuf {
+    let candidates = [
+        std::env::var("GPQ_TESTDATA").ok().map(PathBuf::from),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata")),
+        Some(PathBuf::from("testdata")),
+    ];
+    let dir = candidates.into_iter().flatten().find(|p| p.join(name).is_file());
+    dir.unwrap_or_else(|| panic!("testdata/{name} not found")).join(name)
+}
+
 /// Where the GPU tests of this process run.
 pub enum Device {
     /// A CUDA device.

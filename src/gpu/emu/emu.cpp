@@ -16,8 +16,10 @@
 #include "../kernels/page_headers.cu"
 #include "../kernels/rle.cuh"
 #include "../kernels/page_decode.cuh"
+#include "../kernels/delta.cuh"
 #include "../kernels/decode_values.cu"
 #include "../kernels/decode_strings.cu"
+#include "../kernels/decode_delta.cu"
 #include "../kernels/copy.cu"
 #include "../kernels/check_compressed.cu"
 
@@ -242,6 +244,9 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_string_sizes)      \
   X(gpq_string_chars)      \
   X(gpq_bytes_decimal)     \
+  X(gpq_decode_delta)      \
+  X(gpq_delta_string_sizes) \
+  X(gpq_delta_byte_array_values) \
   X(gpq_batched_copy)      \
   X(gpq_check_compressed)
 

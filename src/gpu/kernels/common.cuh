@@ -35,6 +35,8 @@ enum GpqStatus : u32 {
   GPQ_ERR_DECIMAL_TOO_WIDE = 15,     // decimal byte array longer than 16 bytes
   GPQ_ERR_LEVEL_OUT_OF_RANGE = 16,   // definition level above the maximum
   GPQ_ERR_MALFORMED_COMPRESSED_DATA = 17,  // a compressed page fails its structural check
+  GPQ_ERR_BAD_DELTA_HEADER = 18,     // DELTA_BINARY_PACKED header or block header malformed
+  GPQ_ERR_BAD_DELTA_LENGTH = 19,     // DELTA_*_BYTE_ARRAY length negative, prefix too long, counts disagree
 };
 
 // Keeps the first error a page reports.

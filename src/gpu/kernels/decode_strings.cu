@@ -51,6 +51,8 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
   PageState& st = ss.base;
   PageDesc pg = pages[blockIdx.x];
   const ColumnDesc col = columns[pg.column];
+  // DELTA pages are gpq_delta_string_sizes' (the whole block returns).
+  if (pg.encoding == ENC_DELTA_LENGTH_BYTE_ARRAY || pg.encoding == ENC_DELTA_BYTE_ARRAY) return;
   start_page(st, pg, col);
   if (threadIdx.x == 0) { ss.plain_pos = 0; ss.total = 0; }
   __syncthreads();
@@ -153,6 +155,8 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(PageDes
   const u32* in_src = (const u32*)col.scratch_src;
   const u32* entries = (const u32*)pg.dict;
   const bool dict = pg.encoding == ENC_PLAIN_DICTIONARY || pg.encoding == ENC_RLE_DICTIONARY;
+  // DELTA_BYTE_ARRAY values are built by gpq_delta_byte_array_values; only their offsets are written here.
+  const bool dba = pg.encoding == ENC_DELTA_BYTE_ARRAY;
   u8* chars = (u8*)col.chars;
   const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   unsigned long long running = pg.char_base;
@@ -172,8 +176,8 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(PageDes
       else ((i32*)col.offsets)[row + 1] = (i32)end;
     }
     s_start[threadIdx.x] = start;
-    s_len[threadIdx.x] = len;
-    s_src[threadIdx.x] = len == 0 ? nullptr
+    s_len[threadIdx.x] = dba ? 0 : len;
+    s_src[threadIdx.x] = len == 0 || dba ? nullptr
                        : dict ? (const u8*)pg.dict_data + entries[2 * in_src[row]] : (const u8*)pg.data + in_src[row];
     __syncthreads();
     // One warp per string: the lanes copy neighbouring bytes, so loads and
@@ -193,7 +197,8 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(PageDes
 extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_bytes_decimal(PageDesc* pages, const ColumnDesc* columns) {
   const PageDesc pg = pages[blockIdx.x];
   const ColumnDesc col = columns[pg.column];
-  if (pg.status || col.kind != GPQ_KIND_BYTES_DECIMAL) return;
+  // DELTA_BYTE_ARRAY decimals are gpq_delta_byte_array_values'.
+  if (pg.status || col.kind != GPQ_KIND_BYTES_DECIMAL || pg.encoding == ENC_DELTA_BYTE_ARRAY) return;
   const u32* in_len = (const u32*)col.scratch_len;
   const u32* in_src = (const u32*)col.scratch_src;
   const u32* entries = (const u32*)pg.dict;

@@ -1,6 +1,7 @@
 // Fixed-width values (and BOOLEAN) of flat columns: one block per page,
 // batches of GPQ_BATCH rows. Definition levels give validity and value
-// indices; values come from the PLAIN stream or through the dictionary, are
+// indices; values come from the PLAIN or BYTE_STREAM_SPLIT stream or through
+// the dictionary, are
 // converted to the output type, and written at their rows. Null rows get zeros.
 
 GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
@@ -40,17 +41,39 @@ GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
       break;
     }
     case GPQ_KIND_INT96: {
+      // arrow-rs's Int96::to_{seconds,millis,micros,nanos}, bit for bit: the
+      // Julian day is a signed i32, the nanoseconds a signed i64 (divided
+      // with truncation toward zero), and day * unit-per-day + nanos / div
+      // wraps modulo 2^64. The wrapping arithmetic is done on u64 (signed
+      // overflow is undefined in C++); col.div is 1, 1e3, 1e6 or 1e9.
       u64 nanos = 0;
       for (u32 i = 0; i < 8; i++) nanos |= (u64)src[i] << (8 * i);
       u32 julian = (u32)src[8] | ((u32)src[9] << 8) | ((u32)src[10] << 16) | ((u32)src[11] << 24);
-      i64 days = (i64)julian - 2440588;
-      i64 r = days * 86400 * col.mul + (i64)nanos / col.div;
-      for (u32 i = 0; i < 8; i++) dst[i] = (u8)((u64)r >> (8 * i));
+      i64 days = (i64)(i32)julian - 2440588;
+      u64 per_day = (u64)86400 * (u64)col.mul;
+      i64 div = col.div > 0 ? col.div : 1;
+      u64 r = (u64)days * per_day + (u64)((i64)nanos / div);
+      for (u32 i = 0; i < 8; i++) dst[i] = (u8)(r >> (8 * i));
       break;
     }
     default:
       break;
   }
+}
+
+// BYTE_STREAM_SPLIT: byte b of value i is byte i of stream b (streams of
+// `stride` bytes each). Neighbouring threads read neighbouring bytes of each
+// stream. page_setup admits only fixed-width kinds, and conversions only for
+// values of at most 32 bytes.
+GPQ_DEVICE void store_split_value(const ColumnDesc& col, const u8* streams, u32 stride, u32 i, u8* dst) {
+  const u32 in = col.in_width;
+  if (col.kind == GPQ_KIND_COPY) {
+    for (u32 b = 0; b < col.out_width && b < in; b++) dst[b] = streams[(u64)b * stride + i];
+    return;
+  }
+  u8 v[32];
+  for (u32 b = 0; b < in && b < 32; b++) v[b] = streams[(u64)b * stride + i];
+  store_value(col, v, dst);
 }
 
 extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDesc* pages, const ColumnDesc* columns) {
@@ -107,6 +130,12 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
           u32 e = hybrid_get(st.idx, vi[k]);
           if (e < pg.dict_count) src = (const u8*)pg.dict + (u64)e * in;
           else atomicCAS(&st.error, 0u, (u32)GPQ_ERR_DICTIONARY_INDEX);
+        } else if (st.streams.bss) {
+          if (vi[k] < st.streams.bss_stride) {
+            store_split_value(col, st.streams.values, st.streams.bss_stride, vi[k], dst);
+            continue;
+          }
+          atomicCAS(&st.error, 0u, (u32)GPQ_ERR_TRUNCATED_PAGE);
         } else if ((u64)(vi[k] + 1) * in <= st.streams.values_len) {
           src = st.streams.values + (u64)vi[k] * in;
         } else {

@@ -3,7 +3,7 @@
 // batch by batch into validity bits and value indices.
 #pragma once
 
-// Mirrors decode/descriptors.rs (ColumnDesc, 104 bytes).
+// Mirrors decode/descriptors.rs (ColumnDesc, 112 bytes).
 struct ColumnDesc {
   u64 values;        // output values (a bitmap for BOOLEAN)
   u64 validity;      // output validity bitmap (32-bit words), 0 for a required column
@@ -11,6 +11,7 @@ struct ColumnDesc {
   u64 chars;         // strings: characters
   u64 scratch_len;   // strings: u32 length per row
   u64 scratch_src;   // strings: u32 source per row (page offset, or dictionary entry)
+  u64 scratch_pre;   // DELTA_BYTE_ARRAY: u32 prefix length per row (0 if the column has no such page)
   u64 null_count;    // address of a u64 counter
   u64 num_rows;      // rows in the output
   i64 mul;           // conversion multiplier
@@ -58,7 +59,11 @@ enum ParquetEncoding : u32 {
   ENC_PLAIN_DICTIONARY = 2,
   ENC_RLE = 3,
   ENC_BIT_PACKED = 4,
+  ENC_DELTA_BINARY_PACKED = 5,
+  ENC_DELTA_LENGTH_BYTE_ARRAY = 6,
+  ENC_DELTA_BYTE_ARRAY = 7,
   ENC_RLE_DICTIONARY = 8,
+  ENC_BYTE_STREAM_SPLIT = 9,
 };
 
 struct PageStreams {
@@ -66,17 +71,24 @@ struct PageStreams {
   u32 values_len;
   bool dictionary;    // values are dictionary indices
   bool rle_bool;      // values are RLE-encoded booleans
+  bool bss;           // BYTE_STREAM_SPLIT: byte b of value i at values[b * bss_stride + i]
+  u32 bss_stride;     // BYTE_STREAM_SPLIT: values in the page's streams
 };
 
-// Thread 0: locates streams and initialises the level and index decoders.
-GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStream& def, HybridStream& idx,
-                          PageStreams& out) {
+// Thread 0: locates the definition levels (initialising their decoder) and
+// the value stream after them.
+GPQ_DEVICE u32 levels_setup(const PageDesc& pg, const ColumnDesc& col, HybridStream& def, const u8** values,
+                            u32* values_len) {
   const u8* p = (const u8*)pg.data;
   u32 left = pg.size;
+  *values = p;
+  *values_len = 0;
   hybrid_init(def, p, 0, 0);
   if (pg.level_mode == 2) {
     if ((u64)pg.rep_len + pg.def_len > left) return GPQ_ERR_TRUNCATED_PAGE;
-    if (pg.rep_len != 0) return GPQ_ERR_LEVEL_OUT_OF_RANGE;       // flat columns have no repetition levels
+    // A flat column has no repetition levels, but some writers store them
+    // anyway in v2 pages (all zeros, bit width 0: parquet-testing's
+    // rle_boolean_encoding.parquet); like arrow-rs, skip them unread.
     p += pg.rep_len;
     left -= pg.rep_len;
     if (col.max_def > 0) hybrid_init(def, p, pg.def_len, 1);
@@ -90,8 +102,24 @@ GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStrea
     p += 4 + n;
     left -= 4 + n;
   }
+  *values = p;
+  *values_len = left;
+  return 0;
+}
+
+// Thread 0: locates streams and initialises the level and index decoders
+// (PLAIN, dictionary, RLE booleans and BYTE_STREAM_SPLIT pages; the DELTA
+// encodings have kernels of their own).
+GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStream& def, HybridStream& idx,
+                          PageStreams& out) {
+  const u8* p;
+  u32 left;
   out.dictionary = false;
   out.rle_bool = false;
+  out.bss = false;
+  out.bss_stride = 0;
+  u32 err = levels_setup(pg, col, def, &p, &left);
+  if (err) return err;
   if (pg.encoding == ENC_PLAIN_DICTIONARY || pg.encoding == ENC_RLE_DICTIONARY) {
     if (pg.dict_count == 0 && pg.dict == 0) return GPQ_ERR_NO_DICTIONARY;
     // A page of only nulls may carry no bit-width byte.
@@ -108,6 +136,16 @@ GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStrea
     out.rle_bool = true;
     p += 4 + n;
     left -= 4 + n;
+  } else if (pg.encoding == ENC_BYTE_STREAM_SPLIT) {
+    // Fixed-width values only; the streams hold whole values.
+    const bool fixed = col.kind == GPQ_KIND_COPY || col.kind == GPQ_KIND_SEXT || col.kind == GPQ_KIND_MUL ||
+                       col.kind == GPQ_KIND_BE_DECIMAL || col.kind == GPQ_KIND_INT96;
+    if (!fixed || col.in_width == 0) return GPQ_ERR_UNSUPPORTED_ENCODING;
+    // Conversions gather a value into a 32-byte buffer; plain copies go byte by byte.
+    if (col.kind != GPQ_KIND_COPY && col.in_width > 32) return GPQ_ERR_UNSUPPORTED_ENCODING;
+    if (left % col.in_width) return GPQ_ERR_TRUNCATED_PAGE;
+    out.bss = true;
+    out.bss_stride = left / col.in_width;
   } else if (pg.encoding != ENC_PLAIN) {
     return GPQ_ERR_UNSUPPORTED_ENCODING;
   }
@@ -129,7 +167,8 @@ struct PageState {
 // Decodes the definition levels of rows lo + k*blockDim + threadIdx.x (k < GPQ_PER_THREAD),
 // giving each row's validity and its index among the page's values. Returns
 // the number of values the batch holds. All threads must call.
-GPQ_DEVICE u32 decode_levels_batch(PageState& st, const ColumnDesc& col, u32 lo, u32 hi, u32 value_base,
+template <typename S>
+GPQ_DEVICE u32 decode_levels_batch(S& st, const ColumnDesc& col, u32 lo, u32 hi, u32 value_base,
                                    bool valid[GPQ_PER_THREAD], u32 vindex[GPQ_PER_THREAD]) {
   if (col.max_def > 0 && threadIdx.x == 0) {
     hybrid_fill(st.def, lo, hi);
@@ -156,7 +195,8 @@ GPQ_DEVICE u32 decode_levels_batch(PageState& st, const ColumnDesc& col, u32 lo,
 }
 
 // Counts nulls of a batch into the page state and writes validity bits.
-GPQ_DEVICE void write_validity_batch(PageState& st, const ColumnDesc& col, const PageDesc& pg, u32 lo, u32 hi,
+template <typename S>
+GPQ_DEVICE void write_validity_batch(S& st, const ColumnDesc& col, const PageDesc& pg, u32 lo, u32 hi,
                                      const bool valid[GPQ_PER_THREAD]) {
   if (!col.validity) return;
   u32 nulls = 0;
@@ -171,7 +211,8 @@ GPQ_DEVICE void write_validity_batch(PageState& st, const ColumnDesc& col, const
 }
 
 // Thread 0 at the end of a page: publishes the null count and the first error.
-GPQ_DEVICE void finish_page(PageState& st, const ColumnDesc& col, PageDesc* pg) {
+template <typename S>
+GPQ_DEVICE void finish_page(S& st, const ColumnDesc& col, PageDesc* pg) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (st.nulls && col.null_count) atomicAdd((unsigned long long*)col.null_count, (unsigned long long)st.nulls);
