@@ -232,6 +232,19 @@ fn row_and_value_counts_are_checked() {
     let _ = plan(&s.write_patched("one_max.parquet", &rows(1), &[(SENTINEL_ROWS, i64::MAX, 1)]));
 }
 
+#[test]
+fn row_counts_that_disagree_are_metadata_errors() {
+    let s = Sample::new();
+    // A row group of "0 rows" whose chunks hold values: reading nothing would lose them.
+    let zero = edit_row_groups(&s.metadata, |rgs| {
+        rgs[0] = rgs[0].clone().into_builder().set_num_rows(0).build().unwrap();
+    });
+    expect_metadata(&s.write("zero_rows.parquet", &zero), "says it has 0 rows, but column");
+    // (The footer's own total is not checked against the row groups': real
+    // files disagree, e.g. parquet-testing's repeated_no_annotation.parquet
+    // says 0 rows over row groups of 6; gpq reads what the row groups hold.)
+}
+
 /// Standard base64 (the encoding of the `ARROW:schema` value).
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

@@ -182,7 +182,19 @@ impl ReadPlan {
             // point anywhere: pyarrow writes an empty table's chunks at offset
             // 0 with 0 bytes (or as a dictionary page of 0 entries), and
             // arrow-rs reads such files without looking at them.
+            // But a row group that says it has no rows while a chunk holds
+            // values is corrupt: reading nothing would drop data silently.
             if rg_rows == 0 {
+                if let Some(cc) = rg_meta.columns().iter().find(|cc| cc.num_values() != 0) {
+                    return Err(metadata_error(
+                        path,
+                        format!(
+                            "row group {rg} says it has 0 rows, but column {} holds {} values",
+                            cc.column_path(),
+                            cc.num_values()
+                        ),
+                    ));
+                }
                 continue;
             }
             let mut leaf_totals = leaf_values.iter_mut();

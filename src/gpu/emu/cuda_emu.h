@@ -33,6 +33,7 @@ void sync_block();
 void sync_warp();
 unsigned long long warp_exchange(unsigned long long v, int src_lane);   // value of src_lane (own if absent)
 unsigned warp_ballot(unsigned mask, bool pred);
+unsigned warp_sum(unsigned v);
 int block_count(bool pred);
 }  // namespace gpq_emu
 
@@ -50,6 +51,7 @@ inline void __syncwarp(unsigned = 0xffffffffu) { gpq_emu::sync_warp(); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline unsigned __ballot_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0); }
+inline unsigned __reduce_add_sync(unsigned, unsigned v) { return gpq_emu::warp_sum(v); }
 inline int __any_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0) == gpq_emu::warp_ballot(mask, true); }
 

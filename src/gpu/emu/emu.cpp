@@ -154,6 +154,19 @@ unsigned warp_ballot(unsigned mask, bool pred) {
   return r;
 }
 
+unsigned warp_sum(unsigned v) {
+  Block* b = g_block;
+  unsigned me = b->current;
+  b->fibers[me].xchg = v;
+  sync_warp();
+  unsigned r = 0;
+  unsigned base = me & ~31u;
+  for (unsigned l = 0; l < 32; l++)
+    if (lane_present(b, base + l)) r += (unsigned)b->fibers[base + l].xchg;
+  sync_warp();
+  return r;
+}
+
 int block_count(bool pred) {
   Block* b = g_block;
   b->fibers[b->current].xchg = pred;

@@ -129,6 +129,16 @@ GPQ_DEVICE u32 snappy_tag_verdict(const SnappyTag& t, u64 out_before, u64 out_le
   return CHECK_OK;
 }
 
+// The sum over the warp (one instruction from sm_80 on).
+GPQ_DEVICE u32 warp_sum(u32 v) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+  for (u32 d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+  return v;
+#endif
+}
+
 // Every lane of the warp calls this with the same page; all get the verdict.
 GPQ_DEVICE u32 check_snappy(const u8* in, u64 in_len, u64 out_len, u32* words, u32 lane) {
   const unsigned FULL = 0xffffffffu;
@@ -167,9 +177,7 @@ GPQ_DEVICE u32 check_snappy(const u8* in, u64 in_len, u64 out_len, u32* words, u
       u64 last_len = __shfl_sync(FULL, t.len, last);
       u64 last_advance = __shfl_sync(FULL, t.advance, last);
       // Tags before the last produce at most 64 bytes each.
-      u32 small = member && lane != last ? (u32)t.len : 0u;
-#pragma unroll
-      for (u32 d = 16; d > 0; d >>= 1) small += __shfl_xor_sync(FULL, small, d);
+      u32 small = warp_sum(member && lane != last ? (u32)t.len : 0u);
       u64 total = small + last_len;
       bool doubtful = member && (t.truncated || (t.kind != 0 && (t.offset == 0 || t.offset > out)));
       if (__ballot_sync(FULL, doubtful) == 0 && total <= out_len - out) {
@@ -395,7 +403,9 @@ GPQ_DEVICE u32 check_zstd(const u8* in, u64 in_len, u64 out_len) {
 // SNAPPY pages are walked by the whole warp; LZ4_RAW and ZSTD by its first
 // lane alone (ZSTD's check jumps from block header to block header, and
 // LZ4_RAW is rare in Parquet files).
-extern "C" __global__ void gpq_check_compressed(u64* in_ptrs, u64* in_sizes, const u64* out_sizes, u32 codec,
+// (At most 40 registers, so 12 blocks fit an SM: the SNAPPY walk is bound
+// by instruction issue and latency, and more warps hide more of both.)
+extern "C" __global__ void __launch_bounds__(32 * CHECK_WARPS, 12) gpq_check_compressed(u64* in_ptrs, u64* in_sizes, const u64* out_sizes, u32 codec,
                                                 u32 num_pages, u64 empty, u64 empty_len, u32* reasons) {
   __shared__ u32 windows[CHECK_WARPS][CHECK_STAGED / 4];
   u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
