@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "dictionary_index_out_of_range", dictionary_index_out_of_range),
         gpu_trial(&device, "value_count_larger_than_the_page", value_count_larger_than_the_page),
         gpu_trial(&device, "level_stream_shorter_than_the_page", level_stream_shorter_than_the_page),
+        gpu_trial(&device, "v2_null_count_disagrees_with_the_levels", v2_null_count_disagrees_with_the_levels),
         gpu_trial(&device, "random_byte_flips_are_errors_or_right_answers", random_byte_flips_are_errors_or_right_answers),
         gpu_trial(&device, "delta_header_runs_past_the_page", delta_header_runs_past_the_page),
         gpu_trial(&device, "delta_bit_width_wider_than_the_type", delta_bit_width_wider_than_the_type),
@@ -178,6 +179,36 @@ fn dictionary_index_out_of_range(_ctx: &Arc<GpuContext>) {
     std::fs::write(&path, &bytes).unwrap();
     let (page, _) = expect_corrupt(&path, "id", &[CorruptKind::DictionaryIndex]);
     assert!(page >= 1, "the data page after the dictionary, got page {page}");
+    healthy_afterwards(dir.path());
+}
+
+/// A v2 page whose header counts one null more than its definition levels
+/// hold (the fuzzer's most frequent "gpq reads what arrow-rs rejects" case):
+/// the count is redundant with the levels, so the page is corrupt.
+fn v2_null_count_disagrees_with_the_levels(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let values: ArrayRef = Arc::new(Int64Array::from_iter((0..1000).map(|i| (i % 10 != 0).then_some(i))));
+    let batch = RecordBatch::try_from_iter_with_nullable(vec![("v", values, true)]).unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .set_writer_version(parquet::file::properties::WriterVersion::PARQUET_2_0)
+        .build();
+    let path = dir.path().join("v2_nulls.parquet");
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    // The unpatched file reads (the check does not reject valid v2 pages).
+    let t = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    assert_eq!(t.num_rows(), 1000);
+    // DataPageHeaderV2: num_values 1000, num_nulls 100, num_rows 1000 (zigzag varints).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let fields = [0x15u8, 0xD0, 0x0F, 0x15, 0xC8, 0x01, 0x15, 0xD0, 0x0F];
+    let at = bytes.windows(fields.len()).position(|w| w == fields).expect("the v2 header's counts");
+    bytes[at + 4] = 0xCA; // 101 nulls
+    std::fs::write(&path, &bytes).unwrap();
+    let (page, _) = expect_corrupt(&path, "v", &[CorruptKind::BadHeader]);
+    assert_eq!(page, 0);
     healthy_afterwards(dir.path());
 }
 

@@ -146,8 +146,9 @@ pub(crate) struct PageDesc {
     pub column: u32,
     /// Status written by the kernels.
     pub status: u32,
-    /// Padding.
-    pub pad: u32,
+    /// v2 pages: the header's null count plus one, checked against the
+    /// definition levels; 0 where the header gives none (v1).
+    pub v2_nulls: u32,
 }
 
 /// One string dictionary page to index (decode_strings.cu `DictDesc`).

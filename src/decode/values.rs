@@ -253,7 +253,7 @@ pub(crate) fn decode_columns(
                 rep_len: p.rep_len as u32,
                 column: col as u32,
                 status: 0,
-                pad: 0,
+                v2_nulls: if p.page_type == page_type::DATA_V2 && p.num_nulls >= 0 { p.num_nulls as u32 + 1 } else { 0 },
             };
             row_of_column[col] += p.num_values as u64;
             let origin = PageOrigin { chunk: ci, page_no: table.page_in_chunk(pi) };

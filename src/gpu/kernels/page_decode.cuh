@@ -40,7 +40,7 @@ struct PageDesc {
   u32 rep_len;       // v2
   u32 column;        // index into the column table
   u32 status;        // GpqStatus, written by the kernels
-  u32 pad;
+  u32 v2_nulls;      // v2: the header's null count + 1 (checked against the levels); 0: none given
 };
 
 enum GpqKind : u32 {
@@ -216,6 +216,10 @@ GPQ_DEVICE void finish_page(S& st, const ColumnDesc& col, PageDesc* pg) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (st.nulls && col.null_count) atomicAdd((unsigned long long*)col.null_count, (unsigned long long)st.nulls);
+  // A v2 header's null count is redundant with the levels; when they
+  // disagree the page is corrupt (arrow-rs trusts the count and fails).
+  u32 v2_nulls = pg->v2_nulls;
+  if (!st.error && v2_nulls != 0 && st.nulls != v2_nulls - 1) st.error = GPQ_ERR_BAD_HEADER;
   if (st.error) atomicCAS(&pg->status, 0u, st.error);
 }
 
