@@ -32,31 +32,41 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_delta(PageDes
   __shared__ DeltaPageState st;
   PageDesc pg = pages[blockIdx.x];
   const ColumnDesc col = columns[pg.column];
+  // Barrier discipline (the emulator runs threads in order and shows none of
+  // this): thread 0 sets up the page and keeps its error in a register; the
+  // first barrier decides on that register alone (other threads must not read
+  // st.* before thread 0's writes are behind a barrier), and publishes st.*.
+  u32 setup_err = 0;
   if (threadIdx.x == 0) {
-    st.error = 0;
     st.nulls = 0;
     const u8* values;
     u32 values_len;
     const bool kind_ok = col.kind == GPQ_KIND_COPY || col.kind == GPQ_KIND_SEXT || col.kind == GPQ_KIND_MUL;
-    if (pg.row_start + pg.num_values > col.num_rows) st.error = GPQ_ERR_OUTPUT_OVERFLOW;
+    if (pg.row_start + pg.num_values > col.num_rows) setup_err = GPQ_ERR_OUTPUT_OVERFLOW;
     else if (pg.encoding != ENC_DELTA_BINARY_PACKED || !kind_ok || (col.in_width != 4 && col.in_width != 8))
-      st.error = GPQ_ERR_UNSUPPORTED_ENCODING;
-    else st.error = levels_setup(pg, col, st.def, &values, &values_len);
-    if (!st.error) st.error = delta_init(st.delta, values, values_len, col.in_width);
+      setup_err = GPQ_ERR_UNSUPPORTED_ENCODING;
+    else setup_err = levels_setup(pg, col, st.def, &values, &values_len);
+    if (!setup_err) setup_err = delta_init(st.delta, values, values_len, col.in_width);
+    st.error = setup_err;
   }
   u32 value_base = 0;
   // As in gpq_decode_fixed: the loop's exits are decided at barriers.
-  bool more = !__syncthreads_or(st.error != 0) && pg.num_values > 0;
+  bool more = !__syncthreads_or(setup_err != 0) && pg.num_values > 0;
   for (u32 lo = 0; more; lo += GPQ_BATCH) {
     u32 hi = min(lo + GPQ_BATCH, pg.num_values);
     bool valid[GPQ_PER_THREAD];
     u32 vi[GPQ_PER_THREAD];
     u32 nvals = decode_levels_batch(st, col, lo, hi, value_base, valid, vi);
-    if (threadIdx.x == 0 && nvals > 0 && st.error == 0) {
-      u32 err = delta_fill(st.delta, value_base, (u64)value_base + nvals);
-      if (err) st.error = err;
+    // Thread 0 extends the miniblock table; its error stays in a register
+    // until the barrier (other threads read st.error for the barrier's
+    // predicate, and the compiler may load it for them even at the `if`).
+    u32 fill_err = 0;
+    if (threadIdx.x == 0 && nvals > 0 && st.error == 0) fill_err = delta_fill(st.delta, value_base, (u64)value_base + nvals);
+    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
+      // Only thread 0 writes; nobody reads st.error again before finish_page's barrier.
+      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
+      break;
     }
-    if (__syncthreads_or(st.error != 0)) break;
     delta_decode_window(st.delta, value_base, nvals, st.scan, st.vals, &st.error);
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
@@ -71,6 +81,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_delta(PageDes
     }
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
+    // Also orders this batch's reads of st.vals before the next window's writes.
     more = !__syncthreads_or(st.error != 0) && hi < pg.num_values;
   }
   finish_page(st, col, &pages[blockIdx.x]);
@@ -127,36 +138,49 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
   PageDesc pg = pages[blockIdx.x];
   const ColumnDesc col = columns[pg.column];
   const bool dba = pg.encoding == ENC_DELTA_BYTE_ARRAY;
-  if (!dba && pg.encoding != ENC_DELTA_LENGTH_BYTE_ARRAY) return;   // gpq_string_sizes' page
+  if (!dba && pg.encoding != ENC_DELTA_LENGTH_BYTE_ARRAY) return;   // gpq_string_sizes' page (the whole block returns)
   // Byte arrays for strings and decimals; DELTA_BYTE_ARRAY also for FIXED_LEN_BYTE_ARRAY.
   const bool byte_array = col.kind == GPQ_KIND_STRING || col.kind == GPQ_KIND_BYTES_DECIMAL;
   const bool flba = (col.kind == GPQ_KIND_COPY || col.kind == GPQ_KIND_BE_DECIMAL) && col.in_width > 0;
+  // As in gpq_decode_delta: thread 0's setup error stays in a register until
+  // the first barrier, which alone publishes st.* to the other threads.
+  u32 setup_err = 0;
   if (threadIdx.x == 0) {
-    st.error = 0;
     st.nulls = 0;
     st.total = 0;
-    if (pg.row_start + pg.num_values > col.num_rows) st.error = GPQ_ERR_OUTPUT_OVERFLOW;
-    else if (!(byte_array || (dba && flba)) || (dba && !col.scratch_pre)) st.error = GPQ_ERR_UNSUPPORTED_ENCODING;
-    else st.error = delta_strings_setup(st, pg, col);
+    if (pg.row_start + pg.num_values > col.num_rows) setup_err = GPQ_ERR_OUTPUT_OVERFLOW;
+    else if (!(byte_array || (dba && flba)) || (dba && !col.scratch_pre)) setup_err = GPQ_ERR_UNSUPPORTED_ENCODING;
+    else setup_err = delta_strings_setup(st, pg, col);
+    st.error = setup_err;
   }
   u32* out_len = (u32*)col.scratch_len;
   u32* out_src = (u32*)col.scratch_src;
   u32* out_pre = (u32*)col.scratch_pre;
   u32 value_base = 0;
-  bool more = !__syncthreads_or(st.error != 0) && pg.num_values > 0;
+  // Every exit is decided at a barrier; `failed` (the same in every thread)
+  // says whether one was an error.
+  bool failed = __syncthreads_or(setup_err != 0);
+  bool more = !failed && pg.num_values > 0;
   for (u32 lo = 0; more; lo += GPQ_BATCH) {
     u32 hi = min(lo + GPQ_BATCH, pg.num_values);
     bool valid[GPQ_PER_THREAD];
     u32 vi[GPQ_PER_THREAD];
     u32 nvals = decode_levels_batch(st, col, lo, hi, value_base, valid, vi);
+    // Thread 0's error stays in a register until the barrier (others read
+    // st.error for the predicate, and the compiler may load it for them at the `if`).
+    u32 fill_err = 0;
     if (threadIdx.x == 0 && nvals > 0 && st.error == 0) {
-      u32 err = delta_fill(st.lens, value_base, (u64)value_base + nvals);
-      if (!err && dba) err = delta_fill(st.prefixes, value_base, (u64)value_base + nvals);
+      fill_err = delta_fill(st.lens, value_base, (u64)value_base + nvals);
+      if (!fill_err && dba) fill_err = delta_fill(st.prefixes, value_base, (u64)value_base + nvals);
       // More values than the length streams hold.
-      if (err == GPQ_ERR_TOO_FEW_VALUES) err = GPQ_ERR_BAD_DELTA_LENGTH;
-      if (err) st.error = err;
+      if (fill_err == GPQ_ERR_TOO_FEW_VALUES) fill_err = GPQ_ERR_BAD_DELTA_LENGTH;
     }
-    if (__syncthreads_or(st.error != 0)) break;
+    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
+      // Only thread 0 writes; nobody reads st.error again before finish_page's barrier.
+      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
+      failed = true;
+      break;
+    }
     delta_decode_window(st.lens, value_base, nvals, st.scan, st.len, &st.error);
     if (dba) delta_decode_window(st.prefixes, value_base, nvals, st.scan, st.pre, &st.error);
     // Stored bytes follow one another: each value's source by a prefix sum of
@@ -170,7 +194,9 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
         else local += st.len[i];
       }
     }
+    // Read before the scan's barriers; thread 0 moves it on only after the next barrier.
     const u64 base = st.data_pos;
+    const u64 prev_len = st.prev_len;
     u64 incl = delta_block_scan(local, st.scan);
     u64 at = base + incl - local;
     for (u32 q = 0; q < GPQ_PER_THREAD && !bad; q++) {
@@ -181,13 +207,19 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
       at += st.len[i];
       if (dba) {
         // A prefix of the value before (the first value of a page has none).
-        u64 prev = i == 0 ? st.prev_len : (u64)st.pre[i - 1] + st.len[i - 1];
+        u64 prev = i == 0 ? prev_len : (u64)st.pre[i - 1] + st.len[i - 1];
         u64 full = (u64)st.pre[i] + st.len[i];
         if (st.pre[i] > prev || full > 0xffffffffull || (flba && full != col.in_width)) bad = GPQ_ERR_BAD_DELTA_LENGTH;
       }
     }
-    if (bad) atomicCAS(&st.error, 0u, bad);
-    if (__syncthreads_or(st.error != 0)) break;
+    // The windows' atomicCAS on st.error lie behind the scans' barriers; each
+    // thread's own error is published only after this barrier.
+    if (__syncthreads_or(st.error != 0 || bad != 0)) {
+      if (bad) atomicCAS(&st.error, 0u, bad);
+      failed = true;
+      break;
+    }
+    // st.data_pos and st.prev_len are read again only after the loop's last barrier.
     if (threadIdx.x == 0 && nvals > 0) {
       st.data_pos = st.src[nvals - 1] + (u64)st.len[nvals - 1];
       if (dba) st.prev_len = (u64)st.pre[nvals - 1] + st.len[nvals - 1];
@@ -212,10 +244,14 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
     if (mine) atomicAdd(&st.total, mine);
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
-    more = !__syncthreads_or(st.error != 0) && hi < pg.num_values;
+    // Also orders this batch's reads of st.len/pre/src/data_pos before the next batch's writes.
+    failed = __syncthreads_or(st.error != 0);
+    more = !failed && hi < pg.num_values;
   }
-  // The length streams hold exactly the page's values (arrow-rs decodes them all).
-  if (threadIdx.x == 0 && st.error == 0 && st.lens.count != value_base) st.error = GPQ_ERR_BAD_DELTA_LENGTH;
+  // The length streams hold exactly the page's values (arrow-rs decodes them
+  // all). st.error is 0 here unless `failed`; nobody else reads it before
+  // finish_page's barrier, so thread 0 may write it (the condition reads no st.error).
+  if (!failed && threadIdx.x == 0 && st.lens.count != value_base) st.error = GPQ_ERR_BAD_DELTA_LENGTH;
   finish_page(st, col, &pages[blockIdx.x]);
   if (threadIdx.x == 0) page_chars[blockIdx.x] = st.total;
 }

@@ -68,20 +68,24 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
     bool valid[GPQ_PER_THREAD];
     u32 vi[GPQ_PER_THREAD];
     u32 nvals = decode_levels_batch(st, col, lo, hi, value_base, valid, vi);
+    // Thread 0's error stays in a register until the barrier: the others read
+    // st.error for the barrier's predicate (and the compiler may load it for
+    // them at the `if`), so no plain write to it may precede the barrier.
+    u32 fill_err = 0;
     if (threadIdx.x == 0 && st.error == 0 && nvals > 0) {
       if (st.streams.dictionary) {
         hybrid_fill(st.idx, value_base, value_base + nvals);
-        if (st.idx.error) st.error = st.idx.error;
+        fill_err = st.idx.error;
       } else {
         // The PLAIN walk: each value is a u32 length and its bytes.
         u32 pos = ss.plain_pos;
         const u8* v = st.streams.values;
         const u32 n = st.streams.values_len;
         for (u32 j = 0; j < nvals; j++) {
-          if (n < 4 || pos > n - 4) { st.error = GPQ_ERR_TRUNCATED_PAGE; break; }
+          if (n < 4 || pos > n - 4) { fill_err = GPQ_ERR_TRUNCATED_PAGE; break; }
           u32 len = (u32)v[pos] | ((u32)v[pos + 1] << 8) | ((u32)v[pos + 2] << 16) | ((u32)v[pos + 3] << 24);
           pos += 4;
-          if (len > n - pos) { st.error = GPQ_ERR_TRUNCATED_PAGE; break; }
+          if (len > n - pos) { fill_err = GPQ_ERR_TRUNCATED_PAGE; break; }
           ss.src[j] = values_start + pos;
           ss.len[j] = len;
           pos += len;
@@ -89,7 +93,11 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
         ss.plain_pos = pos;
       }
     }
-    if (__syncthreads_or(st.error != 0)) break;
+    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
+      // Only thread 0 writes; nobody reads st.error again before finish_page's barrier.
+      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
+      break;
+    }
     unsigned long long mine = 0;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;

@@ -93,13 +93,19 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
     bool valid[GPQ_PER_THREAD];
     u32 vi[GPQ_PER_THREAD];
     u32 nvals = decode_levels_batch(st, col, lo, hi, value_base, valid, vi);
+    // Thread 0's fill error stays in a register until the barrier, whose
+    // predicate the other threads evaluate by reading st.error.
+    u32 fill_err = 0;
     if (st.streams.dictionary || st.streams.rle_bool) {
       if (threadIdx.x == 0 && nvals > 0) {
         hybrid_fill(st.idx, value_base, value_base + nvals);
-        if (st.idx.error) atomicCAS(&st.error, 0u, st.idx.error);
+        fill_err = st.idx.error;
       }
     }
-    if (__syncthreads_or(st.error != 0)) break;
+    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
+      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
+      break;
+    }
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
       u64 row = pg.row_start + r;

@@ -232,7 +232,8 @@ GPQ_DEVICE u64 delta_block_scan(u64 v, u64* warp_sums) {
 // Values [lo, lo + n) of the stream into out[0, n), n <= GPQ_BATCH, after
 // delta_fill(s, lo, lo + n). Thread t decodes values t*P .. t*P+P-1 of the
 // window (P = GPQ_PER_THREAD, so the sum runs over consecutive values). All
-// threads call; a read past the stream sets *err.
+// threads call; a read past the stream sets *err (atomically, before the
+// scan's first barrier: callers read *err only after a later barrier).
 template <typename T>
 GPQ_DEVICE void delta_decode_window(DeltaStream& s, u64 lo, u32 n, u64* warp_sums, T* out, u32* err) {
   u64 d[GPQ_PER_THREAD];

@@ -153,6 +153,9 @@ GPQ_DEVICE void read_struct(ThriftReader& r, F on_field) {
   r.bad = true;  // too many fields
 }
 
+// Whether `e` is one of Parquet's Encoding values (1 was never assigned).
+GPQ_DEVICE bool known_encoding(u32 e) { return e == 0 || (e >= 2 && e <= 9); }
+
 // Parses one page header at `p`; returns false and sets *status on error.
 GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32* status) {
   ThriftReader r{p, end, false};
@@ -162,6 +165,7 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
   pi.def_encoding = 3; pi.rep_encoding = 3; pi.def_len = 0; pi.rep_len = 0;
   pi.is_compressed = 1; pi.dict_sorted = 0; pi.pad = 0;
   bool have_sub = false;
+  u32 required = 0;   // required fields of the data page headers seen (bits)
   read_struct(r, [&](i32 id, u32 t) -> bool {
     if (id == 1 && t == 5) { pi.page_type = (u32)r.i32v(); return true; }
     if (id == 2 && t == 5) { pi.uncompressed_size = r.i32v(); return true; }
@@ -172,8 +176,8 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
         if (id == 5) {             // DataPageHeader
           if (f == 1 && ft == 5) { pi.num_values = r.i32v(); return true; }
           if (f == 2 && ft == 5) { pi.encoding = (u32)r.i32v(); return true; }
-          if (f == 3 && ft == 5) { pi.def_encoding = (u32)r.i32v(); return true; }
-          if (f == 4 && ft == 5) { pi.rep_encoding = (u32)r.i32v(); return true; }
+          if (f == 3 && ft == 5) { pi.def_encoding = (u32)r.i32v(); required |= 1; return true; }
+          if (f == 4 && ft == 5) { pi.rep_encoding = (u32)r.i32v(); required |= 2; return true; }
         } else if (id == 7) {      // DictionaryPageHeader
           if (f == 1 && ft == 5) { pi.num_values = r.i32v(); return true; }
           if (f == 2 && ft == 5) { pi.encoding = (u32)r.i32v(); return true; }
@@ -183,8 +187,8 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
           if (f == 2 && ft == 5) { pi.num_nulls = r.i32v(); return true; }
           if (f == 3 && ft == 5) { pi.num_rows = r.i32v(); return true; }
           if (f == 4 && ft == 5) { pi.encoding = (u32)r.i32v(); return true; }
-          if (f == 5 && ft == 5) { pi.def_len = r.i32v(); return true; }
-          if (f == 6 && ft == 5) { pi.rep_len = r.i32v(); return true; }
+          if (f == 5 && ft == 5) { pi.def_len = r.i32v(); required |= 4; return true; }
+          if (f == 6 && ft == 5) { pi.rep_len = r.i32v(); required |= 8; return true; }
           if (f == 7 && (ft == 1 || ft == 2)) { pi.is_compressed = ft == 1; return true; }
         }
         return false;
@@ -202,6 +206,13 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
       *status = GPQ_ERR_NEGATIVE_COUNT; return false;
     }
     if (pi.page_type == 3 && (i64)pi.def_len + pi.rep_len > pi.compressed_size) { *status = GPQ_ERR_BAD_HEADER; return false; }
+    // Fields the format requires must be there, and level encodings must be
+    // encodings (arrow-rs refuses such headers too, even where a flat column
+    // never reads its repetition levels).
+    if (pi.page_type == 0 && (required != 3 || !known_encoding(pi.def_encoding) || !known_encoding(pi.rep_encoding))) {
+      *status = GPQ_ERR_BAD_HEADER; return false;
+    }
+    if (pi.page_type == 3 && required != 12) { *status = GPQ_ERR_BAD_HEADER; return false; }
   }
   pi.header_len = (u32)(r.p - p);
   *out = pi;
