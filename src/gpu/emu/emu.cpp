@@ -139,31 +139,31 @@ unsigned long long warp_exchange(unsigned long long v, int src_lane) {
   return out;
 }
 
-unsigned warp_ballot(unsigned mask, bool pred) {
-  Block* b = g_block;
-  unsigned me = b->current;
-  b->fibers[me].xchg = pred;
-  sync_warp();
-  unsigned r = 0;
-  unsigned base = me & ~31u;
-  for (unsigned l = 0; l < 32; l++) {
-    unsigned t = base + l;
-    if (((mask >> l) & 1) && lane_present(b, t) && b->fibers[t].xchg) r |= 1u << l;
-  }
-  sync_warp();
-  return r;
-}
-
-unsigned warp_sum(unsigned v) {
+// Every present lane of the caller's warp publishes `v`; `each(lane, value)`
+// then sees each present lane's value, in every lane.
+template <typename F>
+static void warp_gather(unsigned long long v, F each) {
   Block* b = g_block;
   unsigned me = b->current;
   b->fibers[me].xchg = v;
   sync_warp();
-  unsigned r = 0;
   unsigned base = me & ~31u;
   for (unsigned l = 0; l < 32; l++)
-    if (lane_present(b, base + l)) r += (unsigned)b->fibers[base + l].xchg;
+    if (lane_present(b, base + l)) each(l, b->fibers[base + l].xchg);
   sync_warp();
+}
+
+unsigned warp_ballot(unsigned mask, bool pred) {
+  unsigned r = 0;
+  warp_gather(pred, [&](unsigned l, unsigned long long x) {
+    if (((mask >> l) & 1) && x) r |= 1u << l;
+  });
+  return r;
+}
+
+unsigned warp_sum(unsigned v) {
+  unsigned r = 0;
+  warp_gather(v, [&](unsigned, unsigned long long x) { r += (unsigned)x; });
   return r;
 }
 

@@ -62,11 +62,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_delta(PageDes
     // predicate, and the compiler may load it for them even at the `if`).
     u32 fill_err = 0;
     if (threadIdx.x == 0 && nvals > 0 && st.error == 0) fill_err = delta_fill(st.delta, value_base, (u64)value_base + nvals);
-    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
-      // Only thread 0 writes; nobody reads st.error again before finish_page's barrier.
-      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
-      break;
-    }
+    if (stop_at_barrier(&st.error, fill_err)) break;
     delta_decode_window(st.delta, value_base, nvals, st.scan, st.vals, &st.error);
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
@@ -175,9 +171,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
       // More values than the length streams hold.
       if (fill_err == GPQ_ERR_TOO_FEW_VALUES) fill_err = GPQ_ERR_BAD_DELTA_LENGTH;
     }
-    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
-      // Only thread 0 writes; nobody reads st.error again before finish_page's barrier.
-      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
+    if (stop_at_barrier(&st.error, fill_err)) {
       failed = true;
       break;
     }
@@ -214,8 +208,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
     }
     // The windows' atomicCAS on st.error lie behind the scans' barriers; each
     // thread's own error is published only after this barrier.
-    if (__syncthreads_or(st.error != 0 || bad != 0)) {
-      if (bad) atomicCAS(&st.error, 0u, bad);
+    if (stop_at_barrier(&st.error, bad)) {
       failed = true;
       break;
     }

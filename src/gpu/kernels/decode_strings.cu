@@ -93,11 +93,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
         ss.plain_pos = pos;
       }
     }
-    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
-      // Only thread 0 writes; nobody reads st.error again before finish_page's barrier.
-      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
-      break;
-    }
+    if (stop_at_barrier(&st.error, fill_err)) break;
     unsigned long long mine = 0;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;

@@ -102,10 +102,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
         fill_err = st.idx.error;
       }
     }
-    if (__syncthreads_or(st.error != 0 || fill_err != 0)) {
-      if (fill_err) atomicCAS(&st.error, 0u, fill_err);
-      break;
-    }
+    if (stop_at_barrier(&st.error, fill_err)) break;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
       u64 row = pg.row_start + r;

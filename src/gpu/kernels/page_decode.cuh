@@ -210,6 +210,17 @@ GPQ_DEVICE void write_validity_batch(S& st, const ColumnDesc& col, const PageDes
   if (nulls) atomicAdd(&st.nulls, nulls);
 }
 
+// Decides at a barrier whether a batch loop stops: on an error already in
+// `*error`, or on `local_err`, an error a thread kept in a register until
+// now (no thread may write `*error` while others read it for the barrier's
+// predicate). `local_err` is published after the barrier. Every thread of
+// the block must call it.
+GPQ_DEVICE bool stop_at_barrier(u32* error, u32 local_err) {
+  bool stop = __syncthreads_or(*error != 0 || local_err != 0);
+  if (stop && local_err) atomicCAS(error, 0u, local_err);
+  return stop;
+}
+
 // Thread 0 at the end of a page: publishes the null count and the first error.
 template <typename S>
 GPQ_DEVICE void finish_page(S& st, const ColumnDesc& col, PageDesc* pg) {
