@@ -33,6 +33,7 @@ pub struct DeviceColumn {
     validity: Option<DeviceBuffer>,
     offsets: Option<DeviceBuffer>,
     values: DeviceBuffer,
+    children: Vec<DeviceColumn>,
 }
 
 impl From<DecodedColumn> for DeviceColumn {
@@ -45,6 +46,7 @@ impl From<DecodedColumn> for DeviceColumn {
             validity: c.validity,
             offsets: c.offsets,
             values: c.values,
+            children: c.children.into_iter().map(DeviceColumn::from).collect(),
         }
     }
 }
@@ -86,14 +88,27 @@ impl DeviceColumn {
         self.validity.as_ref()
     }
 
-    /// Offsets (`i32`, or `i64` for large types) of string and binary columns.
+    /// Offsets: `i32` (or `i64` for large types) of string and binary
+    /// columns, `i32` of lists and maps.
     pub fn offsets(&self) -> Option<&DeviceBuffer> {
         self.offsets.as_ref()
     }
 
-    /// Values: fixed-width values, a bitmap for booleans, the characters of strings.
+    /// Values: fixed-width values, a bitmap for booleans, the characters of
+    /// strings; empty for structs, lists and maps.
     pub fn values(&self) -> &DeviceBuffer {
         &self.values
+    }
+
+    /// The child columns of a struct (its fields), a list (its element) or
+    /// a map (its entries, a struct of key and value); empty otherwise.
+    pub fn children(&self) -> &[DeviceColumn] {
+        &self.children
+    }
+
+    /// Whether the column is a struct, list or map.
+    pub fn is_nested(&self) -> bool {
+        !self.children.is_empty()
     }
 
     /// Device address of the values.
@@ -103,11 +118,52 @@ impl DeviceColumn {
 
     /// Bytes of all of the column's device buffers.
     pub fn device_bytes(&self) -> u64 {
-        self.values.len() + self.validity.as_ref().map_or(0, |v| v.len()) + self.offsets.as_ref().map_or(0, |o| o.len())
+        self.values.len()
+            + self.validity.as_ref().map_or(0, |v| v.len())
+            + self.offsets.as_ref().map_or(0, |o| o.len())
+            + self.children.iter().map(DeviceColumn::device_bytes).sum::<u64>()
     }
 
     /// Copies the column to the host as an arrow-rs array of the field's type.
     pub fn to_array(&self) -> Result<ArrayRef> {
+        if !self.is_nested() {
+            return self.leaf_to_array();
+        }
+        let array = make_array(self.host_data()?);
+        if array.data_type() == self.field.data_type() {
+            Ok(array)
+        } else {
+            Ok(arrow::compute::cast(&array, self.field.data_type())?)
+        }
+    }
+
+    /// The host copy of a column in its device type (children included).
+    fn host_data(&self) -> Result<ArrayData> {
+        if !self.is_nested() {
+            let (validity, offsets, values) = self.host_buffers()?;
+            return self.leaf_data(validity, offsets, values);
+        }
+        let validity = match (&self.validity, self.null_count) {
+            (Some(v), k) if k > 0 => Some(host_buffer(v, self.len.div_ceil(8))?),
+            _ => None,
+        };
+        let mut builder = ArrayData::builder(self.device_type.clone()).len(self.len).null_count(self.null_count).null_bit_buffer(validity);
+        if let Some(offsets) = &self.offsets {
+            builder = builder.add_buffer(host_buffer(offsets, 4 * (self.len + 1))?);
+        }
+        for child in &self.children {
+            builder = builder.add_child_data(child.host_data()?);
+        }
+        Ok(builder.build()?)
+    }
+
+    fn leaf_to_array(&self) -> Result<ArrayRef> {
+        let (validity, offsets, values) = self.host_buffers()?;
+        self.assemble(validity, offsets, values)
+    }
+
+    /// Host copies of a leaf column's buffers.
+    fn host_buffers(&self) -> Result<(Option<Buffer>, Option<Buffer>, Buffer)> {
         let n = self.len;
         let lens = self.host_lengths();
         let validity = match (&self.validity, lens.validity) {
@@ -127,7 +183,7 @@ impl DeviceColumn {
             }
             _ => (None, host_buffer(&self.values, lens.values)?),
         };
-        self.assemble(validity, offsets, values)
+        Ok((validity, offsets, values))
     }
 
     /// Width of one offset of a string or binary column (4, or 8 for large types).
@@ -163,6 +219,21 @@ impl DeviceColumn {
     /// Builds the arrow-rs array from host copies of the device buffers and
     /// casts it to the field's type where that differs.
     pub(crate) fn assemble(&self, validity: Option<Buffer>, offsets: Option<Buffer>, values: Buffer) -> Result<ArrayRef> {
+        let array = make_array(self.leaf_data(validity, offsets, values)?);
+        if array.data_type() == self.field.data_type() {
+            Ok(array)
+        } else {
+            Ok(arrow::compute::cast(&array, self.field.data_type())?)
+        }
+    }
+}
+
+impl DeviceColumn {
+    /// A leaf column's array data in its device type, from host buffers.
+    fn leaf_data(&self, validity: Option<Buffer>, offsets: Option<Buffer>, values: Buffer) -> Result<ArrayData> {
+        if self.device_type == DataType::Null {
+            return Ok(ArrayData::new_null(&DataType::Null, self.len));
+        }
         let mut builder = ArrayData::builder(self.device_type.clone())
             .len(self.len)
             .null_count(self.null_count)
@@ -170,12 +241,7 @@ impl DeviceColumn {
         if let Some(offsets) = offsets {
             builder = builder.add_buffer(offsets);
         }
-        let array = make_array(builder.add_buffer(values).build()?);
-        if array.data_type() == self.field.data_type() {
-            Ok(array)
-        } else {
-            Ok(arrow::compute::cast(&array, self.field.data_type())?)
-        }
+        Ok(builder.add_buffer(values).build()?)
     }
 }
 

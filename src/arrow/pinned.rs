@@ -25,7 +25,7 @@ use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::buffer::Buffer;
 use tracing::{debug, warn};
 
-use super::DeviceTable;
+use super::{DeviceColumn, DeviceTable};
 use crate::error::Result;
 use crate::cuda::{ContextKey, GpuContext, GpuStream, PinnedBuffer};
 
@@ -187,6 +187,10 @@ impl DeviceTable {
 
     /// [`DeviceTable::to_record_batch_staged`] with a given pool.
     pub fn to_record_batch_in(&self, pool: &Arc<PinnedHostPool>) -> Result<(RecordBatch, bool)> {
+        // Nested columns are copied buffer by buffer (their sizes depend on their children).
+        if self.columns.iter().any(DeviceColumn::is_nested) {
+            return Ok((self.to_record_batch()?, false));
+        }
         let lengths: Vec<_> = self.columns.iter().map(|c| c.host_lengths()).collect();
         let mut total = 0usize;
         let mut place = |len: usize| {

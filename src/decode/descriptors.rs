@@ -94,8 +94,12 @@ pub(crate) struct ColumnDesc {
     pub scratch_pre: u64,
     /// Address of the column's null counter.
     pub null_count: u64,
-    /// Rows of output.
+    /// Rows of output (level positions, for a leaf of a nested column).
     pub num_rows: u64,
+    /// Nested leaves: a u16 repetition level per level position, else 0.
+    pub rep_levels: u64,
+    /// Nested leaves: a u16 definition level per level position, else 0.
+    pub def_levels: u64,
     /// Conversion multiplier.
     pub mul: i64,
     /// Conversion divisor.
@@ -110,8 +114,8 @@ pub(crate) struct ColumnDesc {
     pub max_def: u32,
     /// 64-bit string offsets.
     pub large_offsets: u32,
-    /// Padding.
-    pub pad: u32,
+    /// Maximum repetition level.
+    pub max_rep: u32,
 }
 
 /// One data page to decode (page_decode.cuh `PageDesc`).
@@ -181,9 +185,57 @@ pub(crate) struct CopyDesc {
     pub len: u64,
 }
 
+/// A slot test of a nested column (nesting.cu `SlotTestDesc`; see `plan::nesting`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SlotTestDesc {
+    /// Highest repetition level that starts a slot.
+    pub max_rep: u32,
+    /// Lowest definition level at which the slot exists.
+    pub min_def: u32,
+}
+
+/// One operation of `gpq_nest_apply` (nesting.cu `NestOp`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NestOp {
+    /// `nest_op` kind.
+    pub kind: u32,
+    /// Slot test of the written array.
+    pub test: u32,
+    /// Offsets: slot test of the elements.
+    pub element: u32,
+    /// Validity: the valid definition level; gathers: bytes per value.
+    pub arg: u32,
+    /// Gathers: the level-position array.
+    pub src: u64,
+    /// Output.
+    pub dst: u64,
+    /// Slots the output holds (an offsets array's final entry excluded).
+    pub capacity: u64,
+    /// Validity: address of a u64 null counter.
+    pub counter: u64,
+}
+
+/// `NestOpKind` (nesting.cu).
+pub(crate) mod nest_op {
+    /// i32 list offsets.
+    pub const OFFSETS: u32 = 0;
+    /// Validity bits from definition levels.
+    pub const VALIDITY: u32 = 1;
+    /// Fixed-width values.
+    pub const GATHER: u32 = 2;
+    /// Bits.
+    pub const GATHER_BITS: u32 = 3;
+    /// String offsets (4 or 8 bytes).
+    pub const GATHER_OFFSETS: u32 = 4;
+}
+
 const _: () = assert!(std::mem::size_of::<ChunkDesc>() == 32);
+const _: () = assert!(std::mem::size_of::<SlotTestDesc>() == 8);
+const _: () = assert!(std::mem::size_of::<NestOp>() == 48);
 const _: () = assert!(std::mem::size_of::<PageInfo>() == 80);
-const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 112);
+const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 128);
 const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
 const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<CopyDesc>() == 24);

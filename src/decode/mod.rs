@@ -26,6 +26,7 @@
 pub(crate) mod cpu_codecs;
 pub(crate) mod decompress;
 pub(crate) mod descriptors;
+pub(crate) mod nesting;
 pub(crate) mod nvcomp;
 pub(crate) mod pages;
 pub(crate) mod types;
@@ -43,6 +44,7 @@ use crate::options::DecompressMode;
 use crate::plan::ReadPlan;
 use crate::stats::DecompressStats;
 
+use crate::plan::nesting::{NestKind, NestNode, nest_tree};
 use descriptors::page_type;
 use pages::corrupt;
 use types::{ColumnRecipe, Family};
@@ -65,8 +67,11 @@ pub struct DecodedColumn {
     pub validity: Option<DeviceBuffer>,
     /// Offsets (`i32`, or `i64` for large types) of string and binary columns.
     pub offsets: Option<DeviceBuffer>,
-    /// Values: fixed-width values, a bitmap for booleans, the characters of strings.
+    /// Values: fixed-width values, a bitmap for booleans, the characters of
+    /// strings; empty for structs, lists and maps.
     pub values: DeviceBuffer,
+    /// Struct fields, the list element, the map entries.
+    pub children: Vec<DecodedColumn>,
 }
 
 /// What the decode stage produced.
@@ -115,36 +120,72 @@ fn unsupported(plan: &ReadPlan, column: usize, what: impl Into<String>) -> Error
     }
 }
 
+/// How one planned column is decoded.
+#[derive(Debug, Clone)]
+pub(crate) struct ColumnRecipes {
+    /// One recipe per leaf, in the order of `PlannedColumn::leaves`.
+    pub leaves: Vec<ColumnRecipe>,
+    /// Structs, lists and maps: how the leaves' levels make the arrays.
+    pub nest: Option<NestNode>,
+}
+
 /// Decides how each column is decoded, or why it cannot be.
-pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipe>> {
-    let md = plan.metadata.file_metadata();
-    let natural = crate::plan::arrow_schema_of(&plan.path, md.schema_descr(), None)?;
+pub(crate) fn column_recipes(plan: &ReadPlan) -> Result<Vec<ColumnRecipes>> {
+    let schema = plan.metadata.file_metadata().schema_descr();
+    let natural = crate::plan::arrow_schema_of(&plan.path, schema, None)?;
     plan.columns
         .iter()
         .enumerate()
         .map(|(ci, col)| {
-            if !col.is_flat() || col.leaves[0].max_def_level > 1 {
-                return Err(unsupported(
-                    plan,
-                    ci,
-                    format!("nested type {} (repetition levels are not decoded yet)", col.field.data_type()),
-                ));
+            let recipe = |leaf: &crate::plan::LeafColumn, target: &DataType, natural_type: &DataType| {
+                types::recipe(leaf, target, natural_type).ok_or_else(|| {
+                    unsupported(plan, ci, format!("{:?} stored as {natural_type} cannot be decoded to {target}", leaf.physical_type))
+                })
+            };
+            if col.is_flat() && col.leaves[0].max_def_level <= 1 {
+                let natural_type = natural
+                    .fields()
+                    .get(col.root_index)
+                    .ok_or_else(|| Error::Internal(format!("column {ci} has root {} of {}", col.root_index, natural.fields().len())))?
+                    .data_type();
+                return Ok(ColumnRecipes { leaves: vec![recipe(&col.leaves[0], col.field.data_type(), natural_type)?], nest: None });
             }
-            let leaf = &col.leaves[0];
-            let natural_type = natural
-                .fields()
-                .get(col.root_index)
-                .ok_or_else(|| Error::Internal(format!("column {ci} has root {} of {}", col.root_index, natural.fields().len())))?
-                .data_type();
-            types::recipe(leaf, col.field.data_type(), natural_type).ok_or_else(|| {
-                unsupported(
-                    plan,
-                    ci,
-                    format!("{:?} stored as {} cannot be decoded to {}", leaf.physical_type, natural_type, col.field.data_type()),
-                )
+            let tree = nest_tree(&plan.path, schema, col, &col.field)?;
+            // The same leaves without the embedded Arrow schema: the types Parquet implies.
+            let mask = parquet::arrow::ProjectionMask::leaves(schema, col.leaves.iter().map(|l| l.leaf_index));
+            let pruned = crate::plan::footer::catch_parquet_panic("converting the schema to Arrow", || {
+                parquet::arrow::parquet_to_arrow_schema_by_columns(schema, mask, None)
             })
+            .map_err(|source| Error::Metadata { file: plan.path.clone(), source })?;
+            let natural_field = pruned
+                .fields()
+                .iter()
+                .find(|f| f.name() == col.field.name())
+                .ok_or_else(|| Error::Internal(format!("column {} is not in its own schema", col.field.name())))?;
+            let natural_tree = nest_tree(&plan.path, schema, col, natural_field)?;
+            let (mut targets, mut naturals) = (vec![None; col.leaves.len()], vec![None; col.leaves.len()]);
+            leaf_types(&tree, &mut targets);
+            leaf_types(&natural_tree, &mut naturals);
+            let leaves = col
+                .leaves
+                .iter()
+                .zip(targets.into_iter().zip(naturals))
+                .map(|(leaf, types)| match types {
+                    (Some(t), Some(n)) => recipe(leaf, &t, &n),
+                    _ => Err(Error::Internal(format!("leaf {} is missing from its column's tree", leaf.path))),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ColumnRecipes { leaves, nest: Some(tree) })
         })
         .collect()
+}
+
+/// The Arrow type of each leaf of `node`, by position in the planned leaves.
+fn leaf_types(node: &NestNode, out: &mut [Option<DataType>]) {
+    match node.kind {
+        NestKind::Leaf { leaf } => out[leaf] = Some(node.field.data_type().clone()),
+        _ => node.children.iter().for_each(|c| leaf_types(c, out)),
+    }
 }
 
 /// Whether the kernels decode the non-dictionary, non-PLAIN encoding `e`
@@ -168,10 +209,10 @@ fn encoding_decodable(e: Encoding, physical: PhysicalType, family: Family) -> bo
 }
 
 /// Checks that every page uses encodings the kernels decode.
-fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe]) -> Result<()> {
+fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipes]) -> Result<()> {
     for (ci, chunk) in table.chunks.iter().enumerate() {
         let c = &plan.chunks[ci];
-        let recipe = &recipes[c.column];
+        let recipe = &recipes[c.column].leaves[c.leaf];
         let leaf = plan.leaf_of(c);
         if let Some(d) = chunk.dictionary {
             let e = parquet_encoding(table.pages[d].encoding);
@@ -197,6 +238,9 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipe])
             if p.page_type == page_type::DATA_V1 && leaf.max_def_level > 0 && parquet_encoding(p.def_encoding) != Some(Encoding::RLE) {
                 return Err(unsupported(plan, c.column, format!("{} definition levels", encoding_name(p.def_encoding))));
             }
+            if p.page_type == page_type::DATA_V1 && leaf.max_rep_level > 0 && parquet_encoding(p.rep_encoding) != Some(Encoding::RLE) {
+                return Err(unsupported(plan, c.column, format!("{} repetition levels", encoding_name(p.rep_encoding))));
+            }
         }
     }
     Ok(())
@@ -214,13 +258,15 @@ pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode, check_pages: b
     let table = pages::read_page_headers(chunks)?;
     check_encodings(plan, &table, &recipes)?;
     for (ci, c) in plan.chunks.iter().enumerate() {
-        if c.num_values != c.num_rows {
+        // Without repetition a row has one level; with it, at least one.
+        let repeated = plan.leaf_of(c).max_rep_level > 0;
+        if (!repeated && c.num_values != c.num_rows) || (repeated && c.num_values < c.num_rows) {
             return Err(corrupt(
                 plan,
                 ci,
                 0,
                 CorruptKind::ValueCountMismatch,
-                format!("{} values in a flat column chunk of {} rows", c.num_values, c.num_rows),
+                format!("{} values in a column chunk of {} rows", c.num_values, c.num_rows),
             ));
         }
     }
@@ -232,8 +278,56 @@ pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode, check_pages: b
     let pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
 
     let t = Instant::now();
-    let columns = values::decode_columns(plan, &table, &dec, &recipes, num_rows, chunks.stream())?;
+    let leaves = values::decode_columns(plan, &table, &dec, &recipes, num_rows, chunks.stream())?;
+    let columns = assemble(plan, &recipes, leaves, num_rows, chunks.stream())?;
     Ok(Decoded { columns, page_headers, decompress, decode: t.elapsed(), decompression: dec.stats.clone(), pages })
+}
+
+/// Columns from leaf outputs: flat leaves as they are, nested columns through `nesting`.
+fn assemble(
+    plan: &ReadPlan,
+    recipes: &[ColumnRecipes],
+    leaves: Vec<values::LeafOutput>,
+    num_rows: usize,
+    stream: &std::sync::Arc<crate::cuda::GpuStream>,
+) -> Result<Vec<DecodedColumn>> {
+    let mut flat: Vec<Option<DecodedColumn>> = (0..recipes.len()).map(|_| None).collect();
+    let mut nested: Vec<nesting::NestedColumn> = Vec::new();
+    for leaf in leaves {
+        let ci = leaf.column;
+        match &recipes[ci].nest {
+            None => {
+                flat[ci] = Some(DecodedColumn {
+                    field: plan.columns[ci].field.clone(),
+                    device_type: leaf.device_type,
+                    len: leaf.len,
+                    null_count: leaf.null_count,
+                    validity: leaf.validity,
+                    offsets: leaf.offsets,
+                    values: leaf.values,
+                    children: Vec::new(),
+                })
+            }
+            Some(tree) => match nested.last_mut() {
+                Some(n) if n.column == ci => {
+                    debug_assert_eq!(leaf.leaf, n.leaves.len(), "leaves arrive in order");
+                    n.leaves.push(leaf)
+                }
+                _ => {
+                    debug_assert_eq!(leaf.leaf, 0, "leaves arrive in order");
+                    nested.push(nesting::NestedColumn { column: ci, tree, leaves: vec![leaf] })
+                }
+            },
+        }
+    }
+    let order: Vec<usize> = nested.iter().map(|n| n.column).collect();
+    for (ci, col) in order.into_iter().zip(nesting::assemble(plan, nested, num_rows, stream)?) {
+        flat[ci] = Some(col);
+    }
+    flat.into_iter()
+        .enumerate()
+        .map(|(ci, c)| c.ok_or_else(|| Error::Internal(format!("column {ci} was not decoded"))))
+        .collect()
 }
 
 /// Stage 1 alone: parses and checks every chunk's page headers (`test-util`).
@@ -298,7 +392,8 @@ pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompres
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
     check_encodings(plan, table, &recipes)?;
-    values::decode_columns(plan, table, pages, &recipes, plan.num_rows as usize, chunks.stream())
+    let leaves = values::decode_columns(plan, table, pages, &recipes, plan.num_rows as usize, chunks.stream())?;
+    assemble(plan, &recipes, leaves, plan.num_rows as usize, chunks.stream())
 }
 
 /// The nvCOMP version this process decompresses with and where it was

@@ -84,6 +84,9 @@ pub(crate) fn direct(leaf: &LeafColumn, target: &DataType) -> Option<ColumnRecip
     Some(match (leaf.physical_type, target) {
         // The device decodes the values; the host builds the dictionary array.
         (_, D::Dictionary(_, value)) => return direct(leaf, value),
+        // Every value is null (the NULL logical type): levels only, no values kept.
+        (P::INT32 | P::FLOAT, D::Null) => fixed(kind::COPY, 4, 0, t),
+        (P::INT64 | P::DOUBLE, D::Null) => fixed(kind::COPY, 8, 0, t),
         (P::INT32, D::Int32 | D::UInt32 | D::Date32 | D::Time32(_) | D::Decimal32(..)) => fixed(kind::COPY, 4, 4, t),
         (P::INT32, D::Int8 | D::UInt8) => fixed(kind::COPY, 4, 1, t),
         (P::INT32, D::Int16 | D::UInt16) => fixed(kind::COPY, 4, 2, t),

@@ -25,7 +25,7 @@ use super::decompress::Decompressed;
 use super::descriptors::{ColumnDesc, DictDesc, PageDesc, page_type};
 use super::pages::{PageTable, corrupt};
 use super::types::{ColumnRecipe, Family};
-use super::{DecodedColumn, parquet_encoding, unsupported};
+use super::{ColumnRecipes, parquet_encoding, unsupported};
 
 const BLOCK: u32 = 256;
 
@@ -71,18 +71,83 @@ fn route(family: Family, encoding: u32) -> Route {
     }
 }
 
-/// Decodes the (decompressed) pages of `table` into device columns of
-/// `num_rows` rows each, following `recipes`.
+/// One leaf's decoded device buffers. For a leaf of a nested column they
+/// hold a slot per level position (nulls where the definition level is below
+/// the leaf's maximum) and come with the levels; `nesting` turns them into
+/// the column's arrays.
+#[derive(Debug)]
+pub(crate) struct LeafOutput {
+    /// Index into the plan's columns.
+    pub column: usize,
+    /// Index into that column's leaves.
+    pub leaf: usize,
+    /// What the buffers hold.
+    pub device_type: DataType,
+    /// Values (rows, or level positions).
+    pub len: usize,
+    /// Nulls among them.
+    pub null_count: usize,
+    /// Validity bitmap, for a leaf with definition levels.
+    pub validity: Option<DeviceBuffer>,
+    /// String offsets.
+    pub offsets: Option<DeviceBuffer>,
+    /// Values, bits or characters.
+    pub values: DeviceBuffer,
+    /// Nested leaves: u16 repetition levels, if the leaf is repeated.
+    pub rep_levels: Option<DeviceBuffer>,
+    /// Nested leaves: u16 definition levels, if the leaf has any.
+    pub def_levels: Option<DeviceBuffer>,
+}
+
+/// A leaf as the value kernels see it (their `column`).
+struct KernelColumn<'a> {
+    column: usize,
+    leaf: usize,
+    recipe: &'a ColumnRecipe,
+    /// Leaf of a nested column: decoded at level positions, levels kept.
+    nested: bool,
+    /// Output slots: rows, or level positions for a nested leaf.
+    len: usize,
+}
+
+/// Decodes the (decompressed) pages of `table` into device buffers, one
+/// [`LeafOutput`] per planned leaf (columns in order, their leaves in order),
+/// following `recipes`. A flat leaf has `num_rows` values; a nested one a
+/// value per level position (the chunks' value counts).
 pub(crate) fn decode_columns(
     plan: &ReadPlan,
     table: &PageTable,
     dec: &Decompressed,
-    recipes: &[ColumnRecipe],
+    recipes: &[ColumnRecipes],
     num_rows: usize,
     stream: &Arc<GpuStream>,
-) -> Result<Vec<DecodedColumn>> {
+) -> Result<Vec<LeafOutput>> {
     let kernels = Kernels::for_context(stream.context())?;
-    let ncols = plan.columns.len();
+    let mut kcols: Vec<KernelColumn> = Vec::new();
+    let mut kcol_index: Vec<Vec<usize>> = Vec::with_capacity(recipes.len());
+    for (column, r) in recipes.iter().enumerate() {
+        let mut idx = Vec::with_capacity(r.leaves.len());
+        for (leaf, recipe) in r.leaves.iter().enumerate() {
+            idx.push(kcols.len());
+            kcols.push(KernelColumn { column, leaf, recipe, nested: r.nest.is_some(), len: 0 });
+        }
+        kcol_index.push(idx);
+    }
+    let kcol_of_chunk: Vec<usize> = plan.chunks.iter().map(|c| kcol_index[c.column][c.leaf]).collect();
+    let mut levels = vec![0u64; kcols.len()];
+    for (ci, c) in plan.chunks.iter().enumerate() {
+        // The plan checked that each leaf's values add up within an i64.
+        levels[kcol_of_chunk[ci]] += c.num_values;
+    }
+    for (k, kc) in kcols.iter_mut().enumerate() {
+        kc.len = if kc.nested {
+            usize::try_from(levels[k])
+                .map_err(|_| unsupported(plan, kc.column, format!("{} level positions do not fit this machine", levels[k])))?
+        } else {
+            num_rows
+        };
+    }
+    let ncols = kcols.len();
     let null_counts = DeviceBuffer::alloc(stream, 8 * ncols.max(1) as u64, "null counts")?;
     null_counts.fill(stream, 0)?;
 
@@ -90,15 +155,26 @@ pub(crate) fn decode_columns(
     // for FIXED_LEN_BYTE_ARRAY, the string scratch arrays).
     let mut has_dba = vec![false; ncols];
     for (ci, ch) in table.chunks.iter().enumerate() {
-        let col = plan.chunks[ci].column;
+        let col = kcol_of_chunk[ci];
         has_dba[col] |= ch.data.iter().any(|&pi| parquet_encoding(table.pages[pi].encoding) == Some(Encoding::DELTA_BYTE_ARRAY));
     }
 
     // Output buffers and the column table.
     let mut outputs: Vec<Outputs> = Vec::with_capacity(ncols);
     let mut descs: Vec<ColumnDesc> = Vec::with_capacity(ncols);
-    for (ci, r) in recipes.iter().enumerate() {
-        let nullable = plan.columns[ci].leaves[0].max_def_level > 0;
+    let mut level_buffers: Vec<(Option<DeviceBuffer>, Option<DeviceBuffer>)> = Vec::with_capacity(ncols);
+    for (ci, kc) in kcols.iter().enumerate() {
+        let (r, num_rows) = (kc.recipe, kc.len);
+        let leaf = &plan.columns[kc.column].leaves[kc.leaf];
+        let nullable = leaf.max_def_level > 0;
+        let level_array = |max: i16, what: &'static str| -> Result<Option<DeviceBuffer>> {
+            if !kc.nested || max == 0 {
+                return Ok(None);
+            }
+            Ok(Some(DeviceBuffer::alloc(stream, 2 * num_rows.max(1) as u64, what)?))
+        };
+        let rep_levels = level_array(leaf.max_rep_level, "repetition levels")?;
+        let def_levels = level_array(leaf.max_def_level, "definition levels")?;
         let validity = if nullable {
             let v = DeviceBuffer::alloc(stream, bitmap_bytes(num_rows), "validity")?;
             v.fill(stream, 0)?;
@@ -106,7 +182,7 @@ pub(crate) fn decode_columns(
         } else {
             None
         };
-        let too_many = || unsupported(plan, ci, format!("{num_rows} rows of {} bytes overflow a 64-bit size", r.out_width));
+        let too_many = || unsupported(plan, kc.column, format!("{num_rows} rows of {} bytes overflow a 64-bit size", r.out_width));
         let (values, offsets, scratch) = match r.family {
             Family::Fixed | Family::BytesDecimal => {
                 let bytes = (num_rows as u64).checked_mul(r.out_width as u64).ok_or_else(too_many)?;
@@ -142,16 +218,19 @@ pub(crate) fn decode_columns(
             scratch_pre: prefixes.as_ref().map_or(0, |s| s.ptr()),
             null_count: null_counts.ptr() + 8 * ci as u64,
             num_rows: num_rows as u64,
+            rep_levels: rep_levels.as_ref().map_or(0, |b| b.ptr()),
+            def_levels: def_levels.as_ref().map_or(0, |b| b.ptr()),
             mul: r.mul,
             div: r.div,
             kind: r.kind,
             in_width: r.in_width,
             out_width: r.out_width,
-            max_def: plan.columns[ci].leaves[0].max_def_level as u32,
+            max_def: leaf.max_def_level as u32,
             large_offsets: 0,
-            pad: 0,
+            max_rep: leaf.max_rep_level as u32,
         });
         outputs.push(Outputs { values, validity, offsets, scratch, prefixes });
+        level_buffers.push((rep_levels, def_levels));
     }
 
     // String dictionaries: an (offset, length) table per dictionary page.
@@ -160,7 +239,7 @@ pub(crate) fn decode_columns(
     let mut dict_entry_offset: Vec<Option<u64>> = vec![None; table.chunks.len()];
     let mut entries_len = 0u64;
     for (ci, ch) in table.chunks.iter().enumerate() {
-        let fam = recipes[plan.chunks[ci].column].family;
+        let fam = kcols[kcol_of_chunk[ci]].recipe.family;
         if let (Some(d), Family::Strings | Family::BytesDecimal) = (ch.dictionary, fam) {
             let count = table.pages[d].num_values as u64;
             // Each entry takes at least its 4-byte length: a header claiming
@@ -207,10 +286,12 @@ pub(crate) fn decode_columns(
     let mut delta_origin: Vec<PageOrigin> = Vec::new();
     let mut str_pages: Vec<PageDesc> = Vec::new();
     let mut str_origin: Vec<PageOrigin> = Vec::new();
+    let mut level_pages: Vec<PageDesc> = Vec::new();
+    let mut level_origin: Vec<PageOrigin> = Vec::new();
     let mut row_of_column = vec![0u64; ncols];
     for (ci, ch) in table.chunks.iter().enumerate() {
-        let col = plan.chunks[ci].column;
-        let r = &recipes[col];
+        let col = kcol_of_chunk[ci];
+        let r = kcols[col].recipe;
         let (dict, dict_data, dict_count) = match ch.dictionary {
             None => (0, 0, 0),
             Some(d) => {
@@ -257,6 +338,10 @@ pub(crate) fn decode_columns(
             };
             row_of_column[col] += p.num_values as u64;
             let origin = PageOrigin { chunk: ci, page_no: table.page_in_chunk(pi) };
+            if descs[col].def_levels != 0 {
+                level_pages.push(desc);
+                level_origin.push(origin);
+            }
             let (pages, origins) = match route(r.family, p.encoding) {
                 Route::Fixed => (&mut fixed_pages, &mut fixed_origin),
                 Route::Delta => (&mut delta_pages, &mut delta_origin),
@@ -267,14 +352,20 @@ pub(crate) fn decode_columns(
         }
     }
     for (col, &rows) in row_of_column.iter().enumerate() {
-        if rows != num_rows as u64 {
+        if rows != kcols[col].len as u64 {
             // Each chunk's values were checked against its metadata; only a
             // row group whose chunks disagree on the row count gets here.
-            return Err(unsupported(plan, col, format!("pages hold {rows} rows, the row groups {num_rows}")));
+            return Err(unsupported(plan, kcols[col].column, format!("pages hold {rows} rows, the row groups {}", kcols[col].len)));
         }
     }
 
     let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
+    let d_levels = DeviceBuffer::from_host(stream, as_bytes(&level_pages), "level page table")?;
+    if !level_pages.is_empty() {
+        let mut args = KernelArgs::new().arg(d_levels.ptr()).arg(d_columns.ptr());
+        // SAFETY: arguments match gpq_decode_levels; each nested leaf's level arrays hold its level positions.
+        unsafe { kernels.launch(Kernel::DecodeLevels, launch_grid(level_pages.len())?, BLOCK, 0, stream, &mut args)? };
+    }
     let d_fixed = DeviceBuffer::from_host(stream, as_bytes(&fixed_pages), "fixed page table")?;
     if !fixed_pages.is_empty() {
         let mut args = KernelArgs::new().arg(d_fixed.ptr()).arg(d_columns.ptr());
@@ -317,7 +408,8 @@ pub(crate) fn decode_columns(
     } else {
         check_dicts(plan, &d_dicts, &dict_origin)?;
     }
-    for (ci, r) in recipes.iter().enumerate() {
+    for (ci, kc) in kcols.iter().enumerate() {
+        let (r, num_rows) = (kc.recipe, kc.len);
         if r.family != Family::Strings {
             continue;
         }
@@ -336,13 +428,13 @@ pub(crate) fn decode_columns(
         let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
         d_str = DeviceBuffer::from_host(stream, as_bytes(&str_pages), "string page table")?;
         // Each kernel skips the pages of the other family.
-        if recipes.iter().any(|r| r.family == Family::Strings) {
+        if kcols.iter().any(|k| k.recipe.family == Family::Strings) {
             let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
             // SAFETY: arguments match gpq_string_chars; offsets hold num_rows + 1 entries and
             // characters the column's total.
             unsafe { kernels.launch(Kernel::StringChars, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
         }
-        if recipes.iter().any(|r| r.family == Family::BytesDecimal) {
+        if kcols.iter().any(|k| k.recipe.family == Family::BytesDecimal) {
             let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
             // SAFETY: arguments match gpq_bytes_decimal; values hold num_rows decimals.
             unsafe { kernels.launch(Kernel::BytesDecimal, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
@@ -362,11 +454,13 @@ pub(crate) fn decode_columns(
     check_pages(plan, &statuses, &fixed_origin)?;
     let statuses: Vec<PageDesc> = from_bytes(&d_delta.to_host()?);
     check_pages(plan, &statuses, &delta_origin)?;
+    let statuses: Vec<PageDesc> = from_bytes(&d_levels.to_host()?);
+    check_pages(plan, &statuses, &level_origin)?;
     let nulls: Vec<u64> = from_bytes(&null_counts.to_host()?);
 
     let mut columns = Vec::with_capacity(ncols);
-    for (ci, (o, r)) in outputs.into_iter().zip(recipes).enumerate() {
-        let mut device_type = r.device_type.clone();
+    for (ci, ((o, kc), (rep_levels, def_levels))) in outputs.into_iter().zip(&kcols).zip(level_buffers).enumerate() {
+        let mut device_type = kc.recipe.device_type.clone();
         if descs[ci].large_offsets == 1 {
             device_type = match device_type {
                 DataType::Utf8 => DataType::LargeUtf8,
@@ -376,14 +470,17 @@ pub(crate) fn decode_columns(
         }
         drop(o.scratch);
         drop(o.prefixes);
-        columns.push(DecodedColumn {
-            field: plan.columns[ci].field.clone(),
+        columns.push(LeafOutput {
+            column: kc.column,
+            leaf: kc.leaf,
             device_type,
-            len: num_rows,
+            len: kc.len,
             null_count: nulls[ci] as usize,
             validity: o.validity,
             offsets: o.offsets,
             values: o.values,
+            rep_levels,
+            def_levels,
         });
     }
     Ok(columns)

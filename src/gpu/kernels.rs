@@ -47,11 +47,17 @@ pub enum Kernel {
     BatchedCopy,
     /// Structural checks of compressed pages before nvCOMP (`check_compressed.cu`).
     CheckCompressed,
+    /// Repetition and definition levels of nested leaves (`nesting.cu`).
+    DecodeLevels,
+    /// Slots per tile of level positions (`nesting.cu`).
+    NestCount,
+    /// Offsets, validity and gathers of nested columns (`nesting.cu`).
+    NestApply,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -65,6 +71,9 @@ impl Kernel {
         Kernel::DeltaByteArrayValues,
         Kernel::BatchedCopy,
         Kernel::CheckCompressed,
+        Kernel::DecodeLevels,
+        Kernel::NestCount,
+        Kernel::NestApply,
     ];
 
     /// The `extern "C"` name of the kernel in the sources.
@@ -83,6 +92,9 @@ impl Kernel {
             Kernel::DeltaByteArrayValues => "gpq_delta_byte_array_values",
             Kernel::BatchedCopy => "gpq_batched_copy",
             Kernel::CheckCompressed => "gpq_check_compressed",
+            Kernel::DecodeLevels => "gpq_decode_levels",
+            Kernel::NestCount => "gpq_nest_count",
+            Kernel::NestApply => "gpq_nest_apply",
         }
     }
 }
@@ -100,6 +112,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("decode_delta.cu", include_str!("kernels/decode_delta.cu")),
     ("copy.cu", include_str!("kernels/copy.cu")),
     ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
+    ("nesting.cu", include_str!("kernels/nesting.cu")),
 ];
 
 /// Options every compile uses (the architecture is added per device).

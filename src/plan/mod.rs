@@ -14,6 +14,7 @@
 
 pub mod columns;
 pub mod footer;
+pub(crate) mod nesting;
 pub mod ranges;
 
 use std::path::{Path, PathBuf};

@@ -22,6 +22,7 @@
 #include "../kernels/decode_delta.cu"
 #include "../kernels/copy.cu"
 #include "../kernels/check_compressed.cu"
+#include "../kernels/nesting.cu"
 
 namespace gpq_emu {
 
@@ -261,7 +262,10 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_delta_string_sizes) \
   X(gpq_delta_byte_array_values) \
   X(gpq_batched_copy)      \
-  X(gpq_check_compressed)
+  X(gpq_check_compressed)  \
+  X(gpq_decode_levels)     \
+  X(gpq_nest_count)        \
+  X(gpq_nest_apply)
 
 struct KernelEntry {
   const char* name;

@@ -3,7 +3,7 @@
 // batch by batch into validity bits and value indices.
 #pragma once
 
-// Mirrors decode/descriptors.rs (ColumnDesc, 112 bytes).
+// Mirrors decode/descriptors.rs (ColumnDesc, 128 bytes).
 struct ColumnDesc {
   u64 values;        // output values (a bitmap for BOOLEAN)
   u64 validity;      // output validity bitmap (32-bit words), 0 for a required column
@@ -13,16 +13,21 @@ struct ColumnDesc {
   u64 scratch_src;   // strings: u32 source per row (page offset, or dictionary entry)
   u64 scratch_pre;   // DELTA_BYTE_ARRAY: u32 prefix length per row (0 if the column has no such page)
   u64 null_count;    // address of a u64 counter
-  u64 num_rows;      // rows in the output
+  u64 num_rows;      // rows in the output (level positions, for a leaf of a nested column)
+  u64 rep_levels;    // nested leaves: u16 repetition level per level position (gpq_decode_levels), else 0
+  u64 def_levels;    // nested leaves: u16 definition level per level position, else 0
   i64 mul;           // conversion multiplier
   i64 div;           // conversion divisor
   u32 kind;          // GpqKind
   u32 in_width;      // bytes per stored value (0 for BOOLEAN and BYTE_ARRAY)
   u32 out_width;     // bytes per output value
-  u32 max_def;       // 0 or 1 (flat columns)
+  u32 max_def;       // highest definition level
   u32 large_offsets; // strings: 64-bit offsets
-  u32 pad;
+  u32 max_rep;       // highest repetition level (0 for a flat column)
 };
+
+// Bits of an RLE/bit-packed level stream whose largest level is `max`.
+GPQ_DEVICE u32 level_bit_width(u32 max) { return max ? 32u - __clz(max) : 0u; }
 
 // Mirrors decode/descriptors.rs (PageDesc, 80 bytes).
 struct PageDesc {
@@ -86,21 +91,29 @@ GPQ_DEVICE u32 levels_setup(const PageDesc& pg, const ColumnDesc& col, HybridStr
   hybrid_init(def, p, 0, 0);
   if (pg.level_mode == 2) {
     if ((u64)pg.rep_len + pg.def_len > left) return GPQ_ERR_TRUNCATED_PAGE;
-    // A flat column has no repetition levels, but some writers store them
-    // anyway in v2 pages (all zeros, bit width 0: parquet-testing's
-    // rle_boolean_encoding.parquet); like arrow-rs, skip them unread.
+    // Repetition levels are gpq_decode_levels's business. (A flat column
+    // has none, but some writers store them anyway in v2 pages: all zeros,
+    // bit width 0, as in parquet-testing's rle_boolean_encoding.parquet;
+    // like arrow-rs, skip them unread.)
     p += pg.rep_len;
     left -= pg.rep_len;
-    if (col.max_def > 0) hybrid_init(def, p, pg.def_len, 1);
+    if (col.max_def > 0) hybrid_init(def, p, pg.def_len, level_bit_width(col.max_def));
     p += pg.def_len;
     left -= pg.def_len;
-  } else if (pg.level_mode == 1 && col.max_def > 0) {
-    if (left < 4) return GPQ_ERR_TRUNCATED_PAGE;
-    u32 n = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-    if (n > left - 4) return GPQ_ERR_TRUNCATED_PAGE;
-    hybrid_init(def, p + 4, n, 1);
-    p += 4 + n;
-    left -= 4 + n;
+  } else if (pg.level_mode == 1) {
+    // v1: [u32 length][repetition levels] if repeated, then
+    // [u32 length][definition levels] if nullable; the repetition levels
+    // are gpq_decode_levels's business.
+    for (u32 section = 0; section < 2; section++) {
+      u32 max = section == 0 ? col.max_rep : col.max_def;
+      if (max == 0) continue;
+      if (left < 4) return GPQ_ERR_TRUNCATED_PAGE;
+      u32 n = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+      if (n > left - 4) return GPQ_ERR_TRUNCATED_PAGE;
+      if (section == 1) hybrid_init(def, p + 4, n, level_bit_width(max));
+      p += 4 + n;
+      left -= 4 + n;
+    }
   }
   *values = p;
   *values_len = left;
