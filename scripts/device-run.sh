@@ -3,6 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
+#           bench-coverage
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,10 +40,10 @@ stage_tests() {
   for t in "$work"/bin/test-*; do
     name=$(basename "$t")
     extra=(); case $name in test-tpch) extra=(--nocapture) ;; esac
-    GPQ_TPCH_SF=${GPQ_TPCH_SF:-1} "$t" --test-threads=1 "${extra[@]}" > "$OUT/$name.log" 2>&1
+    GPQ_TPCH_SF=${GPQ_TPCH_SF:-1} timeout "${TEST_TIMEOUT:-300}" "$t" --test-threads=1 "${extra[@]}" > "$OUT/$name.log" 2>&1
     rc=$?
     note "$name: rc=$rc $(grep -E '^test result' "$OUT/$name.log" | tail -1)"
-    grep -E "^test .* FAILED|panicked at" "$OUT/$name.log" | head -5 | tee -a "$summary"
+    grep -E "^test .* FAILED|panicked at|^parquet-testing: " "$OUT/$name.log" | head -8 | tee -a "$summary"
   done
 }
 
@@ -248,6 +249,29 @@ stage_fuzz() {
   note "fuzz: rc=$rc (0: no hang, crash, panic, lost context, unhealthy read or memcheck error)"
   grep -E '^- (outcomes|[0-9]+ files read|\*\*|ERROR SUMMARY|per-file errors)' "$fo/summary.md" 2>/dev/null | tee -a "$summary"
   rm -rf "$work/fuzz-work"
+}
+
+# Issue 11's performance rows: SF10 lineitem with the default encodings,
+# with DELTA and with BYTE_STREAM_SPLIT, and TPC-H orders with their line
+# items as a list<struct> column (COVERAGE_NESTED_SF, default 10), each read
+# whole by `gpq bench decode` (median of 5 after a warm-up) in one process
+# state, page cache warm.
+stage_bench_coverage() {
+  local sf=${COVERAGE_SF:-10} nsf=${COVERAGE_NESTED_SF:-10}
+  for enc in default delta byte-stream-split; do
+    d=$data/sf$sf-$enc; mkdir -p "$d"
+    [ -e "$d/lineitem.parquet" ] || timeout 300 gpq gen -s "$sf" --tables lineitem --encoding "$enc" --out "$d" > /dev/null 2>&1
+    note "gen lineitem sf$sf $enc: rc=$? $(du -h "$d/lineitem.parquet" 2>/dev/null | cut -f1)"
+  done
+  d=$data/sf$nsf-nested; mkdir -p "$d"
+  [ -e "$d/orders_lineitems.parquet" ] || timeout 300 gpq gen -s "$nsf" --tables orders_lineitems --out "$d" > /dev/null 2>&1
+  note "gen orders_lineitems sf$nsf: rc=$? $(du -h "$d/orders_lineitems.parquet" 2>/dev/null | cut -f1)"
+  for f in "$data/sf$sf-default/lineitem.parquet" "$data/sf$sf-delta/lineitem.parquet" \
+           "$data/sf$sf-byte-stream-split/lineitem.parquet" "$data/sf$nsf-nested/orders_lineitems.parquet"; do
+    [ -e "$f" ] || continue
+    cat "$f" > /dev/null
+    timeout 120 gpq bench decode "$f" --sets all --repeat 5 2>&1 | tee -a "$OUT/bench-coverage.md" | grep -E '^\| all|^file' | tee -a "$summary"
+  done
 }
 
 for s in "$@"; do

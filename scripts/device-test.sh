@@ -28,7 +28,10 @@ cargo build --release -p gpq-fuzz
 bundles=${DEVICE_BUNDLES:-core,df}
 if [ "$bundles" = core ]; then tests=(-p gpq); else tests=(--workspace); fi
 cargo test --release "${tests[@]}" --no-run --message-format=json 2>/dev/null > "$stage/test.json"
-cargo bench -p gpq --no-run --message-format=json 2>/dev/null > "$stage/bench.json"
+# SKIP_BENCHES=1 leaves the criterion benches out (stage criterion then has nothing to run).
+if [ "${SKIP_BENCHES:-0}" = 1 ]; then : > "$stage/bench.json"; else
+  cargo bench -p gpq --no-run --message-format=json 2>/dev/null > "$stage/bench.json"
+fi
 
 copy() { # copy and strip an executable into .device/bin under a stable name
   local src=$1 name=$2
@@ -91,7 +94,7 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
   du -sh "$stage/$name/payload.tar.xz"
 }
 # (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
-core=(bin/gpq bin/gpq-fuzz bin/fuzz.py $(cd "$stage" && ls bin/test-* bin/bench-* | grep -vE -- '-(tpch|mutations)$') lib data)
+core=(bin/gpq bin/gpq-fuzz bin/fuzz.py $(cd "$stage" && ls bin/test-* bin/bench-* 2>/dev/null | grep -vE -- '-(tpch|mutations)$') lib data)
 bundle core "${core[@]}"
 if [ "$bundles" != core ]; then bundle df bin/gpq bin/test-tpch lib; fi
 rm -rf "$stage/bin" "$stage/lib" "$stage/data"

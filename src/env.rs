@@ -9,6 +9,7 @@
 //! | --- | --- | --- |
 //! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
 //! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
+//! | `GPQ_VERIFY_PAGE_CHECKSUMS=1` | [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums) | off |
 //! | `GPQ_KERNEL_CACHE` | directory of compiled kernels | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
 //! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
@@ -85,6 +86,9 @@ fn read_options() -> Result<ReadOptions> {
     }
     if let Some(d) = flag("GPQ_SKIP_PAGE_CHECKS")? {
         o.skip_compressed_page_checks = d;
+    }
+    if let Some(d) = flag("GPQ_VERIFY_PAGE_CHECKSUMS")? {
+        o.verify_page_checksums = d;
     }
     Ok(o)
 }

@@ -425,6 +425,9 @@ pub enum CorruptKind {
     /// another length, or a page's length streams hold another number of
     /// values than the page.
     BadDeltaLength = 19,
+    /// The page's stored bytes do not give the CRC-32 its header carries
+    /// (checked only with [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums)).
+    ChecksumMismatch = 20,
     /// The page's bytes do not decompress to the size its header says.
     Decompression = 101,
     /// Sizes in the header contradict each other or the stored bytes.
@@ -441,7 +444,7 @@ pub enum CorruptKind {
 
 impl CorruptKind {
     /// Every kind, kernel codes first.
-    pub const ALL: [CorruptKind; 25] = [
+    pub const ALL: [CorruptKind; 26] = [
         CorruptKind::TruncatedHeader,
         CorruptKind::BadHeader,
         CorruptKind::PageOutOfChunk,
@@ -461,6 +464,7 @@ impl CorruptKind {
         CorruptKind::MalformedCompressedData,
         CorruptKind::BadDeltaHeader,
         CorruptKind::BadDeltaLength,
+        CorruptKind::ChecksumMismatch,
         CorruptKind::Decompression,
         CorruptKind::SizeMismatch,
         CorruptKind::ValueCountMismatch,
@@ -506,6 +510,7 @@ impl CorruptKind {
             CorruptKind::MalformedCompressedData => "compressed page is malformed",
             CorruptKind::BadDeltaHeader => "malformed DELTA_BINARY_PACKED header",
             CorruptKind::BadDeltaLength => "malformed DELTA byte-array lengths",
+            CorruptKind::ChecksumMismatch => "page checksum mismatch",
             CorruptKind::Decompression => "page does not decompress",
             CorruptKind::SizeMismatch => "page sizes contradict each other",
             CorruptKind::ValueCountMismatch => "pages hold another number of values than the column chunk",
@@ -536,7 +541,7 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), CorruptKind::ALL.len());
         assert_eq!(CorruptKind::from_code(0), None);
-        assert_eq!(CorruptKind::from_code(20), None);
+        assert_eq!(CorruptKind::from_code(21), None);
     }
 
     #[test]

@@ -213,6 +213,12 @@ pub struct ReadOptions {
     /// trust: on corrupt data nvCOMP reads out of bounds (the CUDA context is
     /// lost for the rest of the process) or never finishes. Default `false`.
     pub skip_compressed_page_checks: bool,
+    /// Verify the CRC-32 that writers may put in page headers, on the
+    /// device, before decompression; a page that disagrees fails the read
+    /// with [`CorruptKind::ChecksumMismatch`](crate::CorruptKind::ChecksumMismatch).
+    /// Pages without a checksum are read as they are. Default `false`, as in
+    /// arrow-rs (most writers write no checksums).
+    pub verify_page_checksums: bool,
 }
 
 impl ReadOptions {
@@ -276,6 +282,12 @@ impl ReadOptions {
     /// Cap the device memory the read may hold at once.
     pub fn with_device_memory_limit(mut self, bytes: u64) -> Self {
         self.device_memory_limit = Some(bytes);
+        self
+    }
+
+    /// Verify page checksums where the file has them.
+    pub fn with_page_checksums(mut self, verify: bool) -> Self {
+        self.verify_page_checksums = verify;
         self
     }
 

@@ -130,7 +130,7 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
 
 fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: &Arc<GpuStream>, options: &ReadOptions) -> Result<DeviceTable> {
     let chunks = read_chunks(plan, plan_time, stream, &options.io)?;
-    let decoded = crate::decode::decode(&chunks, options.decompress, !options.skip_compressed_page_checks)?;
+    let decoded = crate::decode::decode(&chunks, options)?;
     let stats = ReadStats {
         io: Some(chunks.io().clone()),
         plan: plan_time,
@@ -141,6 +141,7 @@ fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: 
         decompression: decoded.decompression,
         pages: decoded.pages,
         decoded_bytes: 0,
+        checksummed_pages: decoded.checksummed_pages,
     };
     let plan = chunks.plan();
     let columns = decoded.columns.into_iter().map(DeviceColumn::from).collect();

@@ -89,6 +89,9 @@ pub struct ReadStats {
     pub pages: usize,
     /// Bytes of the decoded device columns.
     pub decoded_bytes: u64,
+    /// Pages whose CRC-32 was verified on the device
+    /// ([`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums); 0 when off).
+    pub checksummed_pages: usize,
 }
 
 impl ReadStats {
@@ -96,8 +99,10 @@ impl ReadStats {
     pub fn summary(&self) -> String {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let io = self.io.as_ref();
+        let checksums =
+            if self.checksummed_pages > 0 { format!(", {} page checksums verified", self.checksummed_pages) } else { String::new() };
         format!(
-            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms",
+            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",
             io.map(|s| s.path.name()).unwrap_or("-"),
             io.map(|s| s.bytes_read as f64 / 1e9).unwrap_or(0.0),
             io.map(|s| ms(s.wall)).unwrap_or(0.0),

@@ -213,6 +213,98 @@ fn columns(rows: usize, nulls: Nulls, seed: u64) -> Vec<(Field, ArrayRef)> {
     v
 }
 
+/// Per row of a list: its length (0 for an empty or null list) and validity.
+fn list_shape(r: &mut Rng, rows: usize, nulls: Nulls, max_len: u64) -> (Vec<usize>, Option<arrow::buffer::NullBuffer>) {
+    let valid: Vec<bool> = (0..rows).map(|_| valid(r, nulls)).collect();
+    let lens = valid.iter().map(|&v| if v { r.below(max_len + 1) as usize } else { 0 }).collect();
+    (lens, (nulls != Nulls::Required).then(|| valid.into()))
+}
+
+/// Nested columns under test, for one nullability (of every level at once):
+/// lists of numbers, strings and booleans, a list of lists, a struct, a map,
+/// a list of structs, a struct holding a list, large and fixed-size lists.
+/// Lists are empty or null at random; with tiny pages they span pages.
+fn nested_columns(rows: usize, nulls: Nulls, seed: u64) -> Vec<(Field, ArrayRef)> {
+    use arrow::buffer::{NullBuffer, OffsetBuffer};
+    let mut r = Rng::new(seed);
+    let nullable = nulls != Nulls::Required;
+    let tag = match nulls {
+        Nulls::Required => "req",
+        Nulls::Some => "opt",
+        Nulls::All => "null",
+    };
+    let bits = |r: &mut Rng, n: usize| -> Option<NullBuffer> { nullable.then(|| (0..n).map(|_| r.below(6) != 0).collect::<Vec<bool>>().into()) };
+    let ints = |r: &mut Rng, n: usize| -> ArrayRef {
+        let nb = bits(r, n);
+        Arc::new(Int32Array::new((0..n).map(|_| r.below(1000) as i32 - 500).collect(), nb))
+    };
+    let strs = |r: &mut Rng, n: usize| -> ArrayRef {
+        let nb = bits(r, n);
+        let s: StringArray = (0..n).map(|i| Some(format!("s{}", r.below(50) * i as u64))).collect();
+        Arc::new(StringArray::new(s.offsets().clone(), s.values().clone(), nb))
+    };
+    let item = |t: DataType| Arc::new(Field::new("item", t, nullable));
+    let mut out: Vec<(Field, ArrayRef)> = Vec::new();
+    let mut push = |name: &str, a: ArrayRef| out.push((Field::new(format!("{name}_{tag}"), a.data_type().clone(), nullable), a));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 4);
+    let child = ints(&mut r, lens.iter().sum());
+    push("list_i32", Arc::new(ListArray::new(item(DataType::Int32), OffsetBuffer::from_lengths(lens), child, nb)));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 3);
+    let child = strs(&mut r, lens.iter().sum());
+    push("list_utf8", Arc::new(ListArray::new(item(DataType::Utf8), OffsetBuffer::from_lengths(lens), child, nb)));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 5);
+    let n: usize = lens.iter().sum();
+    let bools: ArrayRef = Arc::new(BooleanArray::new((0..n).map(|_| r.below(2) == 0).collect(), bits(&mut r, n)));
+    push("list_bool", Arc::new(ListArray::new(item(DataType::Boolean), OffsetBuffer::from_lengths(lens), bools, nb)));
+
+    let (outer, onb) = list_shape(&mut r, rows, nulls, 3);
+    let (inner, inb) = list_shape(&mut r, outer.iter().sum(), nulls, 3);
+    let leaf = ints(&mut r, inner.iter().sum());
+    let inner = ListArray::new(item(DataType::Int32), OffsetBuffer::from_lengths(inner), leaf, inb);
+    let inner_type = inner.data_type().clone();
+    push("list_list", Arc::new(ListArray::new(item(inner_type), OffsetBuffer::from_lengths(outer), Arc::new(inner), onb)));
+
+    let fields = Fields::from(vec![Field::new("a", DataType::Int32, nullable), Field::new("b", DataType::Utf8, nullable)]);
+    let struct_nulls = list_shape(&mut r, rows, nulls, 0).1;
+    let (a, b) = (ints(&mut r, rows), strs(&mut r, rows));
+    push("struct", Arc::new(StructArray::new(fields.clone(), vec![a, b], struct_nulls)));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 3);
+    let n: usize = lens.iter().sum();
+    let (a, b) = (ints(&mut r, n), strs(&mut r, n));
+    let elements = StructArray::new(fields.clone(), vec![a, b], bits(&mut r, n));
+    push("list_struct", Arc::new(ListArray::new(item(DataType::Struct(fields)), OffsetBuffer::from_lengths(lens), Arc::new(elements), nb)));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 3);
+    let child = ints(&mut r, lens.iter().sum());
+    let list = ListArray::new(item(DataType::Int32), OffsetBuffer::from_lengths(lens), child, nb);
+    let holder = Fields::from(vec![Field::new("l", list.data_type().clone(), nullable), Field::new("k", DataType::Int32, nullable)]);
+    let k = ints(&mut r, rows);
+    let struct_nulls = list_shape(&mut r, rows, nulls, 0).1;
+    push("struct_list", Arc::new(StructArray::new(holder, vec![Arc::new(list), k], struct_nulls)));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 3);
+    let n: usize = lens.iter().sum();
+    let keys: ArrayRef = Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("key{}", i % 7))));
+    let values = ints(&mut r, n);
+    let entry_fields = Fields::from(vec![Field::new("keys", DataType::Utf8, false), Field::new("values", DataType::Int32, nullable)]);
+    let entries = StructArray::new(entry_fields.clone(), vec![keys, values], None);
+    let entries_field = Arc::new(Field::new("entries", DataType::Struct(entry_fields), false));
+    push("map", Arc::new(MapArray::new(entries_field, OffsetBuffer::from_lengths(lens), entries, nb, false)));
+
+    let (lens, nb) = list_shape(&mut r, rows, nulls, 4);
+    let child = ints(&mut r, lens.iter().sum());
+    push("large_list", Arc::new(LargeListArray::new(item(DataType::Int32), OffsetBuffer::from_lengths(lens), child, nb)));
+
+    let nb = list_shape(&mut r, rows, nulls, 0).1;
+    let child = ints(&mut r, 3 * rows);
+    push("fixed_list", Arc::new(FixedSizeListArray::new(item(DataType::Int32), 3, child, nb)));
+    out
+}
+
 struct Variant {
     codec: Compression,
     v2: bool,
@@ -224,6 +316,9 @@ fn write_variant(dir: &Path, rows: usize, var: &Variant) -> PathBuf {
     let mut cols = columns(rows, Nulls::Required, 1);
     cols.extend(columns(rows, Nulls::Some, 2));
     cols.extend(columns(rows, Nulls::All, 3));
+    cols.extend(nested_columns(rows, Nulls::Required, 4));
+    cols.extend(nested_columns(rows, Nulls::Some, 5));
+    cols.extend(nested_columns(rows, Nulls::All, 6));
     let schema = Arc::new(Schema::new(cols.iter().map(|c| c.0.clone()).collect::<Vec<_>>()));
     let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect()).unwrap();
     let mut b = WriterProperties::builder()
@@ -238,7 +333,9 @@ fn write_variant(dir: &Path, rows: usize, var: &Variant) -> PathBuf {
         // PLAIN, also as the fallback of dictionary pages that outgrow their
         // limit; v2 writes booleans as RLE by default: keep that.
         let enc = if var.v2 && f.data_type() == &DataType::Boolean { Encoding::RLE } else { Encoding::PLAIN };
-        b = b.set_column_encoding(ColumnPath::from(f.name().as_str()), enc);
+        if !f.data_type().is_nested() {
+            b = b.set_column_encoding(ColumnPath::from(f.name().as_str()), enc);
+        }
     }
     let name = format!(
         "m_{:?}_{}_{}_{}.parquet",
@@ -402,6 +499,23 @@ fn tpch_tables_match(ctx: &Arc<GpuContext>) {
         assert_decompression(ctx, Compression::SNAPPY, &t.stats().decompression);
         eprintln!("{} sf{sf}: {} rows, {}", table.name(), t.num_rows(), t.stats().summary());
     }
+    // Orders with their line items as a list<struct> column, whole and one
+    // leaf inside the list selected by its dotted path.
+    let path = common::tpch_table(dir.path(), gpq_bench::tpch::Table::OrdersLineitems, sf);
+    let t = assert_same(&path, &ReadOptions::new());
+    eprintln!("orders_lineitems sf{sf}: {} rows, {}", t.num_rows(), t.stats().summary());
+    let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let schema = reader.metadata().file_metadata().schema_descr_ptr();
+    let leaf = (0..schema.num_columns()).find(|&i| schema.column(i).path().string().ends_with(".l_quantity")).expect("l_quantity leaf");
+    let dotted = schema.column(leaf).path().string();
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
+    let mask = parquet::arrow::ProjectionMask::leaves(builder.parquet_schema(), [leaf]);
+    let reader = builder.with_projection(mask).build().unwrap();
+    let expected_schema = reader.schema();
+    let expected = arrow::compute::concat_batches(&expected_schema, &reader.collect::<Result<Vec<_>, _>>().unwrap()).unwrap();
+    let got = read_parquet_to_device(&path, &ReadOptions::new().with_columns([dotted.as_str()])).unwrap().to_record_batch().unwrap();
+    common::assert_batches_equal(&format!("orders_lineitems {dotted}"), &expected, &got);
 }
 
 /// parquet-testing files gpq does not yet decode, each with the reason;

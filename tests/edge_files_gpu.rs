@@ -37,6 +37,9 @@ fn main() -> ExitCode {
         gpu_trial(&device, "files_from_other_writers", files_from_other_writers),
         gpu_trial(&device, "pyarrow_empty_table", pyarrow_empty_table),
         gpu_trial(&device, "zero_row_row_groups", zero_row_row_groups),
+        gpu_trial(&device, "page_checksums_verified_on_request", page_checksums_verified_on_request),
+        gpu_trial(&device, "intervals_match_arrow_rs", intervals_match_arrow_rs),
+        gpu_trial(&device, "string_views_built_on_the_device", string_views_built_on_the_device),
     ])
 }
 
@@ -382,5 +385,139 @@ fn zero_row_row_groups(_ctx: &Arc<GpuContext>) {
         assert_eq!(got.num_rows(), 20);
         let t = read_parquet_to_device(&path, &ReadOptions::new().with_row_groups([3, 1])).unwrap();
         assert_eq!(t.num_rows(), 0);
+    }
+}
+
+/// Page CRCs (parquet-testing's checksum files, written by parquet-mr): with
+/// `verify_page_checksums` the files whose CRCs match read as arrow-rs reads
+/// them, every page checked; the two with a wrong CRC fail with
+/// `ChecksumMismatch` naming a page, and read as usual without the option.
+fn page_checksums_verified_on_request(_ctx: &Arc<GpuContext>) {
+    let Some(dir) = common::parquet_testing_dir() else { return };
+    let verify = ReadOptions::new().with_page_checksums(true);
+    for name in [
+        "datapage_v1-uncompressed-checksum.parquet",
+        "datapage_v1-snappy-compressed-checksum.parquet",
+        "plain-dict-uncompressed-checksum.parquet",
+        "rle-dict-snappy-checksum.parquet",
+    ] {
+        let path = dir.join(name);
+        assert_same(&path, &verify);
+        let t = read_parquet_to_device(&path, &verify).unwrap();
+        let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let chunks: usize = reader.metadata().row_groups().iter().map(|rg| rg.num_columns()).sum();
+        assert!(t.stats().checksummed_pages >= chunks, "{name}: {} pages checked in {chunks} chunks", t.stats().checksummed_pages);
+        assert!(t.stats().summary().contains("page checksums verified"), "{name}: {}", t.stats().summary());
+        let unchecked = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+        assert_eq!(unchecked.stats().checksummed_pages, 0, "{name}: checked without being asked");
+    }
+    for name in ["datapage_v1-corrupt-checksum.parquet", "rle-dict-uncompressed-corrupt-checksum.parquet"] {
+        let path = dir.join(name);
+        match read_parquet_to_device(&path, &verify) {
+            Err(gpq::Error::CorruptPage { kind: gpq::CorruptKind::ChecksumMismatch, column, detail, .. }) => {
+                assert!(!column.is_empty() && detail.contains("CRC-32"), "{name}: {column} {detail}");
+            }
+            other => panic!("{name}: expected a checksum mismatch, got {:?}", other.map(|t| t.num_rows())),
+        }
+        assert_same(&path, &ReadOptions::new());
+    }
+    // A file without checksums reads the same with the option on.
+    let plain = dir.join("alltypes_plain.parquet");
+    let t = read_parquet_to_device(&plain, &verify).unwrap();
+    assert_eq!(t.stats().checksummed_pages, 0);
+    assert_same(&plain, &verify);
+}
+
+/// INTERVAL columns (FIXED_LEN_BYTE_ARRAY(12): months, days, milliseconds)
+/// as arrow-rs's writer stores year-month and day-time intervals, nullable
+/// and not, PLAIN, dictionary and BYTE_STREAM_SPLIT, v1 and v2 pages.
+fn intervals_match_arrow_rs(_ctx: &Arc<GpuContext>) {
+    use arrow::array::{IntervalDayTimeArray, IntervalYearMonthArray};
+    use arrow::datatypes::{IntervalDayTime, IntervalUnit};
+    let rows = 3000;
+    let mut rng = Rng::new(11);
+    let ym: IntervalYearMonthArray = (0..rows).map(|i| (i % 7 != 3).then(|| (rng.next() as i32) % 500)).collect();
+    let dt: IntervalDayTimeArray =
+        (0..rows).map(|i| (i % 5 != 1).then(|| IntervalDayTime::new((rng.next() % 40) as i32 - 20, rng.next() as i32))).collect();
+    let dt_required: IntervalDayTimeArray = (0..rows).map(|i| Some(IntervalDayTime::new(i as i32, -(i as i32) * 1000))).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("ym", DataType::Interval(IntervalUnit::YearMonth), true),
+        Field::new("dt", DataType::Interval(IntervalUnit::DayTime), true),
+        Field::new("dt_required", DataType::Interval(IntervalUnit::DayTime), false),
+    ]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(ym), Arc::new(dt), Arc::new(dt_required)]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (version, encoding)) in [
+        (WriterVersion::PARQUET_1_0, None),
+        (WriterVersion::PARQUET_2_0, None),
+        (WriterVersion::PARQUET_1_0, Some(Encoding::PLAIN)),
+        (WriterVersion::PARQUET_2_0, Some(Encoding::BYTE_STREAM_SPLIT)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut props = WriterProperties::builder().set_writer_version(version).set_data_page_row_count_limit(700).set_write_batch_size(700);
+        if let Some(e) = encoding {
+            props = props.set_dictionary_enabled(false).set_encoding(e);
+        }
+        let path = dir.path().join(format!("intervals_{i}.parquet"));
+        let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema.clone(), Some(props.build())).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let got = assert_same(&path, &ReadOptions::new());
+        assert_eq!(got.schema().field(1).data_type(), &DataType::Interval(IntervalUnit::DayTime));
+    }
+}
+
+/// Utf8View and BinaryView columns (flat, in a struct and in a list), as
+/// the embedded Arrow schema asks for them: the device builds the views
+/// (the column's device type is the view type and the characters are its
+/// view data, no host cast), and both host copies equal arrow-rs's arrays.
+fn string_views_built_on_the_device(_ctx: &Arc<GpuContext>) {
+    use arrow::array::{ArrayRef, BinaryViewArray, ListArray, StringViewArray, StructArray};
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::Fields;
+    let rows = 5000usize;
+    let mut rng = Rng::new(5);
+    let mut text = |i: usize| -> Option<String> {
+        let len = [0usize, 1, 4, 11, 12, 13, 40][rng.below(7) as usize];
+        (i % 9 != 4).then(|| (0..len).map(|k| char::from(b'a' + ((i + k) % 26) as u8)).collect())
+    };
+    let s: StringViewArray = (0..rows).map(&mut text).collect();
+    let b: BinaryViewArray = (0..rows).map(|i| text(i).map(String::into_bytes)).collect();
+    let inner: StringViewArray = (0..3 * rows).map(&mut text).collect();
+    let item = Arc::new(Field::new("item", DataType::Utf8View, true));
+    let offsets = OffsetBuffer::from_lengths((0..rows).map(|i| [0usize, 3, 6][i % 3]));
+    let list = ListArray::new(item, offsets, Arc::new(inner), None);
+    let fields = Fields::from(vec![Field::new("sv", DataType::Utf8View, true)]);
+    let member: StringViewArray = (0..rows).map(&mut text).collect();
+    let strukt = StructArray::new(fields, vec![Arc::new(member) as ArrayRef], None);
+    let batch = RecordBatch::try_from_iter(vec![
+        ("s", Arc::new(s) as ArrayRef),
+        ("b", Arc::new(b) as ArrayRef),
+        ("l", Arc::new(list) as ArrayRef),
+        ("st", Arc::new(strukt) as ArrayRef),
+    ])
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, version) in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0].into_iter().enumerate() {
+        let path = dir.path().join(format!("views_{i}.parquet"));
+        let props = WriterProperties::builder().set_writer_version(version).set_data_page_row_count_limit(600).set_write_batch_size(600).build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let got = assert_same(&path, &ReadOptions::new());
+        assert_eq!(got.column(0).data_type(), &DataType::Utf8View);
+        let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+        let s = table.column_by_name("s").unwrap();
+        assert_eq!(s.device_type(), &DataType::Utf8View, "views are built on the device");
+        assert!(s.view_data().is_some() && s.offsets().is_none());
+        assert_eq!(s.values().len(), 16 * rows as u64);
+        assert_eq!(table.column_by_name("b").unwrap().device_type(), &DataType::BinaryView);
+        let l = table.column_by_name("l").unwrap();
+        assert_eq!(l.children()[0].device_type(), &DataType::Utf8View, "list element views");
+        assert!(matches!(l.device_type(), DataType::List(f) if f.data_type() == &DataType::Utf8View));
+        let pinned = table.to_record_batch_pinned().unwrap();
+        common::assert_batches_equal(&format!("{} (pinned copy)", path.display()), &got, &pinned);
     }
 }

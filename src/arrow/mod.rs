@@ -3,10 +3,12 @@
 //!
 //! A [`DeviceColumn`] holds the Arrow buffers of one column in GPU memory:
 //! the validity bitmap (LSB first, absent for required columns), the offsets
-//! (strings and binary) and the values (a bitmap for booleans). Its
-//! [`DeviceColumn::device_type`] says what the buffers hold; where the schema
-//! asks for a type the device does not build (a view type, a dictionary), the
-//! host casts on conversion.
+//! (strings and binary) and the values (a bitmap for booleans, 16-byte views
+//! for `Utf8View` and `BinaryView`, whose characters are the column's
+//! [`DeviceColumn::view_data`]). Its [`DeviceColumn::device_type`] says what
+//! the buffers hold; where the schema asks for a type the device does not
+//! build (a dictionary, a large or fixed-size list), the host casts on
+//! conversion.
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use arrow::datatypes::{DataType, FieldRef, SchemaRef};
 
 use crate::cuda::DeviceBuffer;
 use crate::decode::DecodedColumn;
+use crate::decode::views::VIEW_BUFFER_SHIFT;
 use crate::error::Result;
 use crate::stats::ReadStats;
 
@@ -33,6 +36,7 @@ pub struct DeviceColumn {
     validity: Option<DeviceBuffer>,
     offsets: Option<DeviceBuffer>,
     values: DeviceBuffer,
+    view_data: Option<DeviceBuffer>,
     children: Vec<DeviceColumn>,
 }
 
@@ -46,6 +50,7 @@ impl From<DecodedColumn> for DeviceColumn {
             validity: c.validity,
             offsets: c.offsets,
             values: c.values,
+            view_data: c.view_data,
             children: c.children.into_iter().map(DeviceColumn::from).collect(),
         }
     }
@@ -116,9 +121,17 @@ impl DeviceColumn {
         self.values.ptr()
     }
 
+    /// View types: the characters the views of [`DeviceColumn::values`]
+    /// point into (one allocation; Arrow data buffer `k` is its slice from
+    /// byte `k * 2^30`, at most 2^31 bytes long).
+    pub fn view_data(&self) -> Option<&DeviceBuffer> {
+        self.view_data.as_ref()
+    }
+
     /// Bytes of all of the column's device buffers.
     pub fn device_bytes(&self) -> u64 {
         self.values.len()
+            + self.view_data.as_ref().map_or(0, |d| d.len())
             + self.validity.as_ref().map_or(0, |v| v.len())
             + self.offsets.as_ref().map_or(0, |o| o.len())
             + self.children.iter().map(DeviceColumn::device_bytes).sum::<u64>()
@@ -140,8 +153,8 @@ impl DeviceColumn {
     /// The host copy of a column in its device type (children included).
     fn host_data(&self) -> Result<ArrayData> {
         if !self.is_nested() {
-            let (validity, offsets, values) = self.host_buffers()?;
-            return self.leaf_data(validity, offsets, values);
+            let b = self.host_buffers()?;
+            return self.leaf_data(b);
         }
         let validity = match (&self.validity, self.null_count) {
             (Some(v), k) if k > 0 => Some(host_buffer(v, self.len.div_ceil(8))?),
@@ -158,12 +171,12 @@ impl DeviceColumn {
     }
 
     fn leaf_to_array(&self) -> Result<ArrayRef> {
-        let (validity, offsets, values) = self.host_buffers()?;
-        self.assemble(validity, offsets, values)
+        let b = self.host_buffers()?;
+        self.assemble(b)
     }
 
     /// Host copies of a leaf column's buffers.
-    fn host_buffers(&self) -> Result<(Option<Buffer>, Option<Buffer>, Buffer)> {
+    fn host_buffers(&self) -> Result<HostBuffers> {
         let n = self.len;
         let lens = self.host_lengths();
         let validity = match (&self.validity, lens.validity) {
@@ -183,7 +196,11 @@ impl DeviceColumn {
             }
             _ => (None, host_buffer(&self.values, lens.values)?),
         };
-        Ok((validity, offsets, values))
+        let view_data = match (&self.view_data, lens.view_data) {
+            (Some(d), Some(len)) => Some(host_buffer(d, len)?),
+            _ => None,
+        };
+        Ok(HostBuffers { validity, offsets, values, view_data })
     }
 
     /// Width of one offset of a string or binary column (4, or 8 for large types).
@@ -205,6 +222,7 @@ impl DeviceColumn {
             DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
                 (Some((n + 1) * self.offset_width()), self.values.len() as usize)
             }
+            DataType::Utf8View | DataType::BinaryView => (None, 16 * n),
             t => {
                 let width = t.primitive_width().unwrap_or(match t {
                     DataType::FixedSizeBinary(w) => *w as usize,
@@ -213,13 +231,14 @@ impl DeviceColumn {
                 (None, n * width)
             }
         };
-        HostLengths { validity, offsets, values }
+        let view_data = self.view_data.as_ref().map(|d| d.len() as usize);
+        HostLengths { validity, offsets, values, view_data }
     }
 
     /// Builds the arrow-rs array from host copies of the device buffers and
     /// casts it to the field's type where that differs.
-    pub(crate) fn assemble(&self, validity: Option<Buffer>, offsets: Option<Buffer>, values: Buffer) -> Result<ArrayRef> {
-        let array = make_array(self.leaf_data(validity, offsets, values)?);
+    pub(crate) fn assemble(&self, buffers: HostBuffers) -> Result<ArrayRef> {
+        let array = make_array(self.leaf_data(buffers)?);
         if array.data_type() == self.field.data_type() {
             Ok(array)
         } else {
@@ -230,19 +249,42 @@ impl DeviceColumn {
 
 impl DeviceColumn {
     /// A leaf column's array data in its device type, from host buffers.
-    fn leaf_data(&self, validity: Option<Buffer>, offsets: Option<Buffer>, values: Buffer) -> Result<ArrayData> {
+    fn leaf_data(&self, b: HostBuffers) -> Result<ArrayData> {
         if self.device_type == DataType::Null {
             return Ok(ArrayData::new_null(&DataType::Null, self.len));
         }
         let mut builder = ArrayData::builder(self.device_type.clone())
             .len(self.len)
             .null_count(self.null_count)
-            .null_bit_buffer(validity);
-        if let Some(offsets) = offsets {
+            .null_bit_buffer(b.validity);
+        if let Some(offsets) = b.offsets {
             builder = builder.add_buffer(offsets);
         }
-        Ok(builder.add_buffer(values).build()?)
+        builder = builder.add_buffer(b.values);
+        if let Some(data) = b.view_data {
+            // Overlapping slices of the characters (see `view_data`).
+            let (step, longest) = (1usize << VIEW_BUFFER_SHIFT, 1usize << (VIEW_BUFFER_SHIFT + 1));
+            let mut start = 0;
+            while start < data.len() {
+                builder = builder.add_buffer(data.slice_with_length(start, longest.min(data.len() - start)));
+                start += step;
+            }
+        }
+        Ok(builder.build()?)
     }
+}
+
+/// Host copies of a leaf column's device buffers.
+#[derive(Debug)]
+pub(crate) struct HostBuffers {
+    /// The validity bitmap, when the column has nulls.
+    pub validity: Option<Buffer>,
+    /// Offsets of string and binary columns.
+    pub offsets: Option<Buffer>,
+    /// Values (views, for view types).
+    pub values: Buffer,
+    /// The characters of view types.
+    pub view_data: Option<Buffer>,
 }
 
 /// Bytes of each device buffer of a column that its host copy needs.
@@ -254,6 +296,8 @@ pub(crate) struct HostLengths {
     pub offsets: Option<usize>,
     /// The values (see [`DeviceColumn::host_lengths`]).
     pub values: usize,
+    /// The characters of view types (the whole allocation).
+    pub view_data: Option<usize>,
 }
 
 /// A table in device memory: one [`DeviceColumn`] per field of the schema.

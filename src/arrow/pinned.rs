@@ -25,7 +25,7 @@ use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::buffer::Buffer;
 use tracing::{debug, warn};
 
-use super::{DeviceColumn, DeviceTable};
+use super::{DeviceColumn, DeviceTable, HostBuffers};
 use crate::error::Result;
 use crate::cuda::{ContextKey, GpuContext, GpuStream, PinnedBuffer};
 
@@ -198,9 +198,11 @@ impl DeviceTable {
             total += len.div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
             p
         };
-        // Per column: validity, offsets, values.
-        let placements: Vec<(Option<Placement>, Option<Placement>, Placement)> =
-            lengths.iter().map(|l| (l.validity.map(&mut place), l.offsets.map(&mut place), place(l.values))).collect();
+        // Per column: validity, offsets, values, view data.
+        let placements: Vec<(Option<Placement>, Option<Placement>, Placement, Option<Placement>)> = lengths
+            .iter()
+            .map(|l| (l.validity.map(&mut place), l.offsets.map(&mut place), place(l.values), l.view_data.map(&mut place)))
+            .collect();
         if total == 0 {
             return Ok((self.to_record_batch()?, false));
         }
@@ -209,11 +211,12 @@ impl DeviceTable {
 
         let mut streams: Vec<Arc<GpuStream>> = Vec::new();
         let mut queue = || -> Result<()> {
-            for (column, (validity, offsets, values)) in self.columns.iter().zip(&placements) {
+            for (column, (validity, offsets, values, view_data)) in self.columns.iter().zip(&placements) {
                 let parts = [
                     (column.validity.as_ref(), validity.as_ref()),
                     (column.offsets.as_ref(), offsets.as_ref()),
                     (Some(&column.values), Some(values)),
+                    (column.view_data.as_ref(), view_data.as_ref()),
                 ];
                 for (source, place) in parts {
                     let (Some(source), Some(place)) = (source, place) else { continue };
@@ -251,8 +254,13 @@ impl DeviceTable {
             .columns
             .iter()
             .zip(&placements)
-            .map(|(column, (validity, offsets, values))| {
-                column.assemble(validity.as_ref().map(&buffer), offsets.as_ref().map(&buffer), buffer(values))
+            .map(|(column, (validity, offsets, values, view_data))| {
+                column.assemble(HostBuffers {
+                    validity: validity.as_ref().map(&buffer),
+                    offsets: offsets.as_ref().map(&buffer),
+                    values: buffer(values),
+                    view_data: view_data.as_ref().map(&buffer),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(self.num_rows));

@@ -56,10 +56,56 @@ pub(crate) struct PageInfo {
     pub is_compressed: u32,
     /// Bytes of the Thrift header.
     pub header_len: u32,
-    /// Dictionary page `is_sorted`.
-    pub dict_sorted: u32,
+    /// [`page_flags`] bits.
+    pub flags: u32,
+    /// The header's CRC-32 of the stored page bytes, if [`page_flags::HAS_CRC`].
+    pub crc: u32,
+}
+
+/// Bits of [`PageInfo::flags`].
+pub(crate) mod page_flags {
+    /// A dictionary page whose header says it is sorted.
+    pub const DICT_SORTED: u32 = 1;
+    /// The header carries a CRC-32 of the page.
+    pub const HAS_CRC: u32 = 2;
+}
+
+/// One page whose checksum is verified (page_checksums.cu `PageCrcDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PageCrcDesc {
+    /// The page body in the device buffer.
+    pub offset: u64,
+    /// Stored bytes of the body.
+    pub len: u64,
+    /// The header's CRC-32.
+    pub expected: u32,
+    /// Verdict (a `GpqStatus`).
+    pub status: u32,
+    /// The CRC-32 the bytes give.
+    pub computed: u32,
     /// Padding.
     pub pad: u32,
+}
+
+/// One column's views to build (views.cu `ViewsDesc`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ViewsDesc {
+    /// The characters.
+    pub chars: u64,
+    /// Bytes of the characters.
+    pub chars_len: u64,
+    /// `n + 1` offsets.
+    pub offsets: u64,
+    /// `n` views of 16 bytes.
+    pub views: u64,
+    /// Values.
+    pub n: u64,
+    /// 1: `i64` offsets.
+    pub large: u32,
+    /// Status (a `GpqStatus`).
+    pub status: u32,
 }
 
 /// Page types.
@@ -235,6 +281,8 @@ const _: () = assert!(std::mem::size_of::<ChunkDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<SlotTestDesc>() == 8);
 const _: () = assert!(std::mem::size_of::<NestOp>() == 48);
 const _: () = assert!(std::mem::size_of::<PageInfo>() == 80);
+const _: () = assert!(std::mem::size_of::<PageCrcDesc>() == 32);
+const _: () = assert!(std::mem::size_of::<ViewsDesc>() == 48);
 const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 128);
 const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
 const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);

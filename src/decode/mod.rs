@@ -2,13 +2,16 @@
 //! buffers in device memory.
 //!
 //! Stages, one module each: `pages` parses page headers on the device and
-//! checks them against the footer; `decompress` runs nvCOMP (or the CPU
+//! checks them against the footer; `checksums` verifies page CRCs when asked;
+//! `decompress` runs nvCOMP (or the CPU
 //! fallback, `cpu_codecs`); `values` lays out the outputs and launches
 //! the value kernels: dictionary indexing for string dictionaries,
 //! fixed-width and boolean decoding, DELTA_BINARY_PACKED integers, and for
 //! strings a sizes pass, a host sum of page totals, and a characters pass.
 //! `types` decides per column which kernel and conversion produce its Arrow
-//! type. Encodings: PLAIN, dictionaries, RLE booleans, BYTE_STREAM_SPLIT,
+//! type; `nesting` builds structs, lists and maps from the leaves' levels;
+//! `views` turns offsets into `Utf8View`/`BinaryView` views where the schema
+//! asks for them. Encodings: PLAIN, dictionaries, RLE booleans, BYTE_STREAM_SPLIT,
 //! DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY, each on
 //! the physical types Parquet allows it for, mixed freely within a chunk.
 //!
@@ -23,6 +26,7 @@
 //! (`read_page_headers`, `decompress_pages`, `decode_values`), for the
 //! criterion benches.
 
+pub(crate) mod checksums;
 pub(crate) mod cpu_codecs;
 pub(crate) mod decompress;
 pub(crate) mod descriptors;
@@ -31,6 +35,7 @@ pub(crate) mod nvcomp;
 pub(crate) mod pages;
 pub(crate) mod types;
 pub(crate) mod values;
+pub(crate) mod views;
 
 use std::time::{Duration, Instant};
 
@@ -40,7 +45,7 @@ use parquet::basic::{Encoding, Type as PhysicalType};
 use crate::cuda::DeviceBuffer;
 use crate::error::{CorruptKind, Error, Result};
 use crate::io::DeviceChunks;
-use crate::options::DecompressMode;
+use crate::options::ReadOptions;
 use crate::plan::ReadPlan;
 use crate::stats::DecompressStats;
 
@@ -68,8 +73,11 @@ pub struct DecodedColumn {
     /// Offsets (`i32`, or `i64` for large types) of string and binary columns.
     pub offsets: Option<DeviceBuffer>,
     /// Values: fixed-width values, a bitmap for booleans, the characters of
-    /// strings; empty for structs, lists and maps.
+    /// strings, the 16-byte views of view types; empty for structs, lists
+    /// and maps.
     pub values: DeviceBuffer,
+    /// View types: the characters the views point into.
+    pub view_data: Option<DeviceBuffer>,
     /// Struct fields, the list element, the map entries.
     pub children: Vec<DecodedColumn>,
 }
@@ -89,6 +97,8 @@ pub struct Decoded {
     pub decompression: DecompressStats,
     /// Pages decoded (data and dictionary).
     pub pages: usize,
+    /// Pages whose checksum was verified.
+    pub checksummed_pages: usize,
 }
 
 /// The Parquet encoding a page header's Thrift code names.
@@ -189,10 +199,11 @@ fn leaf_types(node: &NestNode, out: &mut [Option<DataType>]) {
 }
 
 /// Whether the kernels decode the non-dictionary, non-PLAIN encoding `e`
-/// for a column of `physical` type decoded by `family` (the encodings
+/// for a column of `physical` type decoded with `recipe` (the encodings
 /// Parquet allows for that type).
-fn encoding_decodable(e: Encoding, physical: PhysicalType, family: Family) -> bool {
+fn encoding_decodable(e: Encoding, physical: PhysicalType, recipe: &ColumnRecipe) -> bool {
     use PhysicalType as P;
+    let family = recipe.family;
     match e {
         Encoding::BYTE_STREAM_SPLIT => {
             family == Family::Fixed && matches!(physical, P::FLOAT | P::DOUBLE | P::INT32 | P::INT64 | P::FIXED_LEN_BYTE_ARRAY)
@@ -201,7 +212,8 @@ fn encoding_decodable(e: Encoding, physical: PhysicalType, family: Family) -> bo
         Encoding::DELTA_LENGTH_BYTE_ARRAY => physical == P::BYTE_ARRAY && matches!(family, Family::Strings | Family::BytesDecimal),
         Encoding::DELTA_BYTE_ARRAY => match physical {
             P::BYTE_ARRAY => matches!(family, Family::Strings | Family::BytesDecimal),
-            P::FIXED_LEN_BYTE_ARRAY => family == Family::Fixed,
+            // Prefixes and suffixes rebuild whole values, copied or read as decimals.
+            P::FIXED_LEN_BYTE_ARRAY => family == Family::Fixed && matches!(recipe.kind, types::kind::COPY | types::kind::BE_DECIMAL),
             _ => false,
         },
         _ => false,
@@ -228,7 +240,7 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipes]
             let e = parquet_encoding(p.encoding);
             let ok = matches!(e, Some(Encoding::PLAIN | Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY))
                 || (e == Some(Encoding::RLE) && recipe.family == Family::Bool)
-                || e.is_some_and(|e| encoding_decodable(e, leaf.physical_type, recipe.family));
+                || e.is_some_and(|e| encoding_decodable(e, leaf.physical_type, recipe));
             if !ok {
                 return Err(unsupported(plan, c.column, format!("{} encoding (page {})", encoding_name(p.encoding), table.page_in_chunk(pi))));
             }
@@ -246,9 +258,11 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipes]
     Ok(())
 }
 
-/// Decodes the chunks of a read into device columns. `check_pages`: compressed
-/// pages pass the device's structural check before nvCOMP sees them.
-pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode, check_pages: bool) -> Result<Decoded> {
+/// Decodes the chunks of a read into device columns, as `options` say: the
+/// decompressor, whether compressed pages pass the device's structural check
+/// before nvCOMP sees them, whether page checksums are verified.
+pub(crate) fn decode(chunks: &DeviceChunks, options: &ReadOptions) -> Result<Decoded> {
+    let (mode, check_pages) = (options.decompress, !options.skip_compressed_page_checks);
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
     let num_rows = usize::try_from(plan.num_rows)
@@ -270,6 +284,7 @@ pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode, check_pages: b
             ));
         }
     }
+    let checksummed_pages = if options.verify_page_checksums { checksums::verify_page_checksums(chunks, &table)? } else { 0 };
     let page_headers = t.elapsed();
 
     let t = Instant::now();
@@ -280,7 +295,7 @@ pub(crate) fn decode(chunks: &DeviceChunks, mode: DecompressMode, check_pages: b
     let t = Instant::now();
     let leaves = values::decode_columns(plan, &table, &dec, &recipes, num_rows, chunks.stream())?;
     let columns = assemble(plan, &recipes, leaves, num_rows, chunks.stream())?;
-    Ok(Decoded { columns, page_headers, decompress, decode: t.elapsed(), decompression: dec.stats.clone(), pages })
+    Ok(Decoded { columns, page_headers, decompress, decode: t.elapsed(), decompression: dec.stats.clone(), pages, checksummed_pages })
 }
 
 /// Columns from leaf outputs: flat leaves as they are, nested columns through `nesting`.
@@ -305,6 +320,7 @@ fn assemble(
                     validity: leaf.validity,
                     offsets: leaf.offsets,
                     values: leaf.values,
+                    view_data: None,
                     children: Vec::new(),
                 })
             }
@@ -326,7 +342,11 @@ fn assemble(
     }
     flat.into_iter()
         .enumerate()
-        .map(|(ci, c)| c.ok_or_else(|| Error::Internal(format!("column {ci} was not decoded"))))
+        .map(|(ci, c)| {
+            let mut c = c.ok_or_else(|| Error::Internal(format!("column {ci} was not decoded")))?;
+            views::build_views(&plan.path, &mut c, stream)?;
+            Ok(c)
+        })
         .collect()
 }
 
@@ -338,7 +358,7 @@ pub fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
 
 /// Stage 2 alone: decompresses every page of `table` (`test-util`).
 #[cfg(feature = "test-util")]
-pub fn decompress_pages(chunks: &DeviceChunks, table: &PageTable, mode: DecompressMode) -> Result<Decompressed> {
+pub fn decompress_pages(chunks: &DeviceChunks, table: &PageTable, mode: crate::DecompressMode) -> Result<Decompressed> {
     decompress::decompress(chunks, table, mode, true)
 }
 

@@ -390,6 +390,7 @@ impl Builder<'_> {
             validity,
             offsets,
             values,
+            view_data: None,
             children: Vec::new(),
         })
     }
@@ -424,6 +425,7 @@ fn nested(
         validity,
         offsets,
         values: DeviceBuffer::alloc(stream, 0, "no values")?,
+        view_data: None,
         children,
     })
 }

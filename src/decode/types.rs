@@ -5,7 +5,7 @@
 //! an embedded Arrow schema), the device holds the type Parquet implies and
 //! the host casts when it converts to a `RecordBatch`.
 
-use arrow::datatypes::{DataType, TimeUnit};
+use arrow::datatypes::{DataType, IntervalUnit, TimeUnit};
 use parquet::basic::Type as PhysicalType;
 
 use crate::plan::LeafColumn;
@@ -41,6 +41,8 @@ pub(crate) mod kind {
     pub const STRING: u32 = 6;
     /// Byte-array decimals.
     pub const BYTES_DECIMAL: u32 = 7;
+    /// INTERVAL as day-time (the days and milliseconds of the three words).
+    pub const INTERVAL_DAY_TIME: u32 = 8;
 }
 
 /// The decode recipe of one column.
@@ -115,6 +117,12 @@ pub(crate) fn direct(leaf: &LeafColumn, target: &DataType) -> Option<ColumnRecip
             fixed(kind::COPY, *n as u32, *n as u32, t)
         }
         (P::FIXED_LEN_BYTE_ARRAY, D::Float16) if leaf.type_length == 2 => fixed(kind::COPY, 2, 2, t),
+        // INTERVAL: months, days, milliseconds as three u32 (arrow-rs has no
+        // reader for month-day-nano, and neither does gpq).
+        (P::FIXED_LEN_BYTE_ARRAY, D::Interval(IntervalUnit::YearMonth)) if leaf.type_length == 12 => fixed(kind::COPY, 12, 4, t),
+        (P::FIXED_LEN_BYTE_ARRAY, D::Interval(IntervalUnit::DayTime)) if leaf.type_length == 12 => {
+            fixed(kind::INTERVAL_DAY_TIME, 12, 8, t)
+        }
         (P::FIXED_LEN_BYTE_ARRAY, d) if decimal_width(d).is_some() => {
             let out = decimal_width(d)?;
             let n = u32::try_from(leaf.type_length).ok().filter(|&n| n > 0 && n <= out)?;
@@ -166,6 +174,7 @@ mod tests {
             ("GPQ_KIND_BOOL", kind::BOOL),
             ("GPQ_KIND_STRING", kind::STRING),
             ("GPQ_KIND_BYTES_DECIMAL", kind::BYTES_DECIMAL),
+            ("GPQ_KIND_INTERVAL_DAY_TIME", kind::INTERVAL_DAY_TIME),
         ];
         let rust: Vec<(String, u32)> = rust.iter().map(|(n, v)| (n.to_string(), *v)).collect();
         assert_eq!(entries, rust);

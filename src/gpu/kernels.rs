@@ -53,11 +53,15 @@ pub enum Kernel {
     NestCount,
     /// Offsets, validity and gathers of nested columns (`nesting.cu`).
     NestApply,
+    /// CRC-32 of page bodies against their headers (`page_checksums.cu`).
+    PageCrc,
+    /// String and binary views from offsets and characters (`views.cu`).
+    MakeViews,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 18] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -74,6 +78,8 @@ impl Kernel {
         Kernel::DecodeLevels,
         Kernel::NestCount,
         Kernel::NestApply,
+        Kernel::PageCrc,
+        Kernel::MakeViews,
     ];
 
     /// The `extern "C"` name of the kernel in the sources.
@@ -95,6 +101,8 @@ impl Kernel {
             Kernel::DecodeLevels => "gpq_decode_levels",
             Kernel::NestCount => "gpq_nest_count",
             Kernel::NestApply => "gpq_nest_apply",
+            Kernel::PageCrc => "gpq_page_crc",
+            Kernel::MakeViews => "gpq_make_views",
         }
     }
 }
@@ -104,6 +112,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("checksum.cu", include_str!("kernels/checksum.cu")),
     ("page_headers.cu", include_str!("kernels/page_headers.cu")),
+    ("page_checksums.cu", include_str!("kernels/page_checksums.cu")),
     ("rle.cuh", include_str!("kernels/rle.cuh")),
     ("page_decode.cuh", include_str!("kernels/page_decode.cuh")),
     ("delta.cuh", include_str!("kernels/delta.cuh")),
@@ -113,6 +122,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("copy.cu", include_str!("kernels/copy.cu")),
     ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
     ("nesting.cu", include_str!("kernels/nesting.cu")),
+    ("views.cu", include_str!("kernels/views.cu")),
 ];
 
 /// Options every compile uses (the architecture is added per device).

@@ -143,16 +143,21 @@ fn io(args: IoBenchArgs) -> gpq::Result<ExitCode> {
 fn decode(args: DecodeBenchArgs) -> gpq::Result<ExitCode> {
     let file_size = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     println!("file {} ({}), median of {} after one warm-up", args.file.display(), human_bytes(file_size), args.repeat);
-    println!("\n| columns | rows | median s | plan ms | io ms | headers ms | decompress ms | decode ms | io path | decompression | file GB/s |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |");
+    println!("\n| columns | rows | median s | plan ms | io ms | headers ms | decompress ms | decode ms | io path | decompression | file GB/s | decoded MB | decoded GB/s |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |");
     for set in args.sets.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let mut o = crate::read_options(args.io.as_deref(), args.io_threads, args.decompress.as_deref())?;
         if set != "all" {
             o = o.with_columns(set.split(',').map(str::trim));
         }
         let mut runs = Vec::new();
+        // Bytes of the decoded Arrow buffers on the device (values, offsets,
+        // validity of every level): the denominator for comparing files of
+        // different shapes.
+        let mut decoded = 0u64;
         for i in 0..=args.repeat.max(1) {
             let t = gpq::read_parquet_to_device(&args.file, &o)?;
+            decoded = t.device_bytes();
             if i > 0 {
                 runs.push(t.stats().clone());
             }
@@ -165,7 +170,7 @@ fn decode(args: DecodeBenchArgs) -> gpq::Result<ExitCode> {
         let Some(io) = m.io.as_ref() else { continue };
         let rows = ReadPlan::new(&args.file, &o)?.num_rows();
         println!(
-            "| {set} | {rows} | {:.4} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.1} |",
+            "| {set} | {rows} | {:.4} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} |",
             m.total.as_secs_f64(),
             ms(m.plan),
             ms(io.wall),
@@ -174,7 +179,9 @@ fn decode(args: DecodeBenchArgs) -> gpq::Result<ExitCode> {
             ms(m.decode),
             io.path,
             m.decompression.path(),
-            io.bytes_read as f64 / m.total.as_secs_f64() / 1e9
+            io.bytes_read as f64 / m.total.as_secs_f64() / 1e9,
+            decoded as f64 / 1e6,
+            decoded as f64 / m.total.as_secs_f64() / 1e9
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -17,7 +17,9 @@ pub struct GenArgs {
     /// Output directory; each table is written as <DIR>/<table>.parquet.
     #[arg(short, long)]
     pub out: PathBuf,
-    /// Tables to generate (comma-separated); all eight by default.
+    /// Tables to generate (comma-separated); all eight by default. Also
+    /// `orders_lineitems`: orders with each order's line items as a
+    /// `list<struct>` column, for benchmarks of nested decoding.
     #[arg(long, value_delimiter = ',')]
     pub tables: Option<Vec<String>>,
     /// Codec: snappy, zstd(N), lz4_raw, gzip(N), brotli(N) or none.

@@ -14,6 +14,7 @@
 #include "../kernels/common.cuh"
 #include "../kernels/checksum.cu"
 #include "../kernels/page_headers.cu"
+#include "../kernels/page_checksums.cu"
 #include "../kernels/rle.cuh"
 #include "../kernels/page_decode.cuh"
 #include "../kernels/delta.cuh"
@@ -23,6 +24,7 @@
 #include "../kernels/copy.cu"
 #include "../kernels/check_compressed.cu"
 #include "../kernels/nesting.cu"
+#include "../kernels/views.cu"
 
 namespace gpq_emu {
 
@@ -265,7 +267,9 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_check_compressed)  \
   X(gpq_decode_levels)     \
   X(gpq_nest_count)        \
-  X(gpq_nest_apply)
+  X(gpq_nest_apply)        \
+  X(gpq_page_crc)          \
+  X(gpq_make_views)
 
 struct KernelEntry {
   const char* name;

@@ -37,6 +37,7 @@ enum GpqStatus : u32 {
   GPQ_ERR_MALFORMED_COMPRESSED_DATA = 17,  // a compressed page fails its structural check
   GPQ_ERR_BAD_DELTA_HEADER = 18,     // DELTA_BINARY_PACKED header or block header malformed
   GPQ_ERR_BAD_DELTA_LENGTH = 19,     // DELTA_*_BYTE_ARRAY length negative, prefix too long, counts disagree
+  GPQ_ERR_CHECKSUM_MISMATCH = 20,    // page bytes do not give the header's CRC-32
 };
 
 // Keeps the first error a page reports.

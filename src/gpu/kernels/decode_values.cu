@@ -56,6 +56,11 @@ GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
       for (u32 i = 0; i < 8; i++) dst[i] = (u8)(r >> (8 * i));
       break;
     }
+    case GPQ_KIND_INTERVAL_DAY_TIME:
+      // Parquet's INTERVAL is three little-endian u32: months, days,
+      // milliseconds. arrow-rs's day-time reading keeps the last two.
+      for (u32 i = 0; i < 8; i++) dst[i] = src[4 + i];
+      break;
     default:
       break;
   }

@@ -57,6 +57,7 @@ enum GpqKind : u32 {
   GPQ_KIND_BOOL = 5,        // bits
   GPQ_KIND_STRING = 6,      // offsets + characters
   GPQ_KIND_BYTES_DECIMAL = 7, // variable-length big-endian -> out_width
+  GPQ_KIND_INTERVAL_DAY_TIME = 8, // INTERVAL (months, days, millis) -> (days, millis)
 };
 
 enum ParquetEncoding : u32 {
@@ -152,7 +153,8 @@ GPQ_DEVICE u32 page_setup(const PageDesc& pg, const ColumnDesc& col, HybridStrea
   } else if (pg.encoding == ENC_BYTE_STREAM_SPLIT) {
     // Fixed-width values only; the streams hold whole values.
     const bool fixed = col.kind == GPQ_KIND_COPY || col.kind == GPQ_KIND_SEXT || col.kind == GPQ_KIND_MUL ||
-                       col.kind == GPQ_KIND_BE_DECIMAL || col.kind == GPQ_KIND_INT96;
+                       col.kind == GPQ_KIND_BE_DECIMAL || col.kind == GPQ_KIND_INT96 ||
+                       col.kind == GPQ_KIND_INTERVAL_DAY_TIME;
     if (!fixed || col.in_width == 0) return GPQ_ERR_UNSUPPORTED_ENCODING;
     // Conversions gather a value into a 32-byte buffer; plain copies go byte by byte.
     if (col.kind != GPQ_KIND_COPY && col.in_width > 32) return GPQ_ERR_UNSUPPORTED_ENCODING;

@@ -30,9 +30,12 @@ struct PageInfo {
   i32 rep_len;         // v2 only, else 0
   u32 is_compressed;   // v2 flag (default true); 1 for other pages
   u32 header_len;
-  u32 dict_sorted;
-  u32 pad;
+  u32 flags;           // PAGE_DICT_SORTED, PAGE_HAS_CRC
+  u32 crc;             // the header's crc field, if PAGE_HAS_CRC
 };
+
+#define PAGE_DICT_SORTED 1u
+#define PAGE_HAS_CRC 2u
 
 struct ThriftReader {
   const u8* p;
@@ -163,13 +166,14 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
   pi.page_type = 0xffffffffu; pi.compressed_size = -1; pi.uncompressed_size = -1;
   pi.num_values = -1; pi.num_nulls = -1; pi.num_rows = -1; pi.encoding = 0xffffffffu;
   pi.def_encoding = 3; pi.rep_encoding = 3; pi.def_len = 0; pi.rep_len = 0;
-  pi.is_compressed = 1; pi.dict_sorted = 0; pi.pad = 0;
+  pi.is_compressed = 1; pi.flags = 0; pi.crc = 0;
   bool have_sub = false;
   u32 required = 0;   // required fields of the data page headers seen (bits)
   read_struct(r, [&](i32 id, u32 t) -> bool {
     if (id == 1 && t == 5) { pi.page_type = (u32)r.i32v(); return true; }
     if (id == 2 && t == 5) { pi.uncompressed_size = r.i32v(); return true; }
     if (id == 3 && t == 5) { pi.compressed_size = r.i32v(); return true; }
+    if (id == 4 && t == 5) { pi.crc = (u32)r.i32v(); pi.flags |= PAGE_HAS_CRC; return true; }
     if ((id == 5 || id == 7 || id == 8) && t == 12) {
       have_sub = true;
       read_struct(r, [&](i32 f, u32 ft) -> bool {
@@ -181,7 +185,7 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
         } else if (id == 7) {      // DictionaryPageHeader
           if (f == 1 && ft == 5) { pi.num_values = r.i32v(); return true; }
           if (f == 2 && ft == 5) { pi.encoding = (u32)r.i32v(); return true; }
-          if (f == 3 && (ft == 1 || ft == 2)) { pi.dict_sorted = ft == 1; return true; }
+          if (f == 3 && (ft == 1 || ft == 2)) { if (ft == 1) pi.flags |= PAGE_DICT_SORTED; return true; }
         } else {                   // DataPageHeaderV2
           if (f == 1 && ft == 5) { pi.num_values = r.i32v(); return true; }
           if (f == 2 && ft == 5) { pi.num_nulls = r.i32v(); return true; }

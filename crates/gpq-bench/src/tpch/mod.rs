@@ -48,6 +48,10 @@ pub enum Table {
     Orders,
     /// `lineitem`.
     Lineitem,
+    /// Not a TPC-H table: `orders` with each order's line items as a
+    /// `lineitems: list<struct<...>>` column (lineitem's columns but
+    /// `l_orderkey`), for benchmarks of nested decoding. Not in [`Table::ALL`].
+    OrdersLineitems,
 }
 
 impl Table {
@@ -74,6 +78,7 @@ impl Table {
             Table::Customer => "customer",
             Table::Orders => "orders",
             Table::Lineitem => "lineitem",
+            Table::OrdersLineitems => "orders_lineitems",
         }
     }
 
@@ -86,7 +91,7 @@ impl Table {
             Table::Supplier => SupplierGenerator::calculate_row_count(sf, 1, 1),
             Table::Partsupp => PartSuppGenerator::calculate_row_count(sf, 1, 1),
             Table::Customer => CustomerGenerator::calculate_row_count(sf, 1, 1),
-            Table::Orders => OrderGenerator::calculate_row_count(sf, 1, 1),
+            Table::Orders | Table::OrdersLineitems => OrderGenerator::calculate_row_count(sf, 1, 1),
             // About four line items per order.
             Table::Lineitem => 4 * OrderGenerator::calculate_row_count(sf, 1, 1),
         };
@@ -104,6 +109,7 @@ impl Table {
             Table::Customer => 160,
             Table::Orders => 114,
             Table::Lineitem => 128,
+            Table::OrdersLineitems => 114 + 4 * 128,
         }
     }
 
@@ -118,6 +124,7 @@ impl Table {
             Table::Customer => Box::new(CustomerArrow::new(CustomerGenerator::new(sf, part, parts)).with_batch_size(batch_size)),
             Table::Orders => Box::new(OrderArrow::new(OrderGenerator::new(sf, part, parts)).with_batch_size(batch_size)),
             Table::Lineitem => Box::new(LineItemArrow::new(LineItemGenerator::new(sf, part, parts)).with_batch_size(batch_size)),
+            Table::OrdersLineitems => Box::new(OrdersWithLineitems::new(sf, part, parts, batch_size)),
         }
     }
 
@@ -132,8 +139,70 @@ impl FromStr for Table {
     fn from_str(s: &str) -> Result<Self> {
         Table::ALL
             .into_iter()
+            .chain([Table::OrdersLineitems])
             .find(|t| t.name().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| Error::InvalidOptions(format!("unknown TPC-H table {s:?}")))
+    }
+}
+
+/// Batches of [`Table::OrdersLineitems`]: one part's orders, each with the
+/// line items tpchgen generates for it (the two generators walk the same
+/// orders in the same order).
+struct OrdersWithLineitems {
+    schema: SchemaRef,
+    batches: std::vec::IntoIter<RecordBatch>,
+}
+
+impl OrdersWithLineitems {
+    fn new(sf: f64, part: i32, parts: i32, batch_size: usize) -> Self {
+        use arrow::array::{Array, AsArray, ListArray, StructArray};
+        use arrow::buffer::OffsetBuffer;
+        use arrow::datatypes::{Field, Int64Type, Schema};
+        let orders: Vec<RecordBatch> = Table::Orders.batches(sf, part, parts, batch_size).collect();
+        let items: Vec<RecordBatch> = Table::Lineitem.batches(sf, part, parts, 1 << 20).collect();
+        let item_schema = Table::Lineitem.schema();
+        let items = arrow::compute::concat_batches(&item_schema, &items).expect("line item batches share a schema");
+        let item_keys = items.column(0).as_primitive::<Int64Type>().clone();
+        let entries_fields: Vec<Arc<Field>> = item_schema.fields().iter().skip(1).cloned().collect();
+        let entries = StructArray::new(entries_fields.clone().into(), items.columns()[1..].to_vec(), None);
+        let element = Arc::new(Field::new("item", DataType::Struct(entries_fields.into()), false));
+        let order_schema = Table::Orders.schema();
+        let mut fields: Vec<Arc<Field>> = order_schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new("lineitems", DataType::List(element.clone()), false)));
+        let schema = Arc::new(Schema::new(fields));
+        let mut next = 0usize;
+        let mut out = Vec::with_capacity(orders.len());
+        for batch in orders {
+            let keys = batch.column(0).as_primitive::<Int64Type>();
+            let start = next;
+            let mut offsets = Vec::with_capacity(keys.len() + 1);
+            offsets.push(0i32);
+            for &k in keys.values() {
+                while next < item_keys.len() && item_keys.value(next) == k {
+                    next += 1;
+                }
+                offsets.push((next - start) as i32);
+            }
+            let list = ListArray::new(element.clone(), OffsetBuffer::new(offsets.into()), Arc::new(entries.slice(start, next - start)), None);
+            let mut columns = batch.columns().to_vec();
+            columns.push(Arc::new(list) as Arc<dyn Array>);
+            out.push(RecordBatch::try_new(schema.clone(), columns).expect("orders with line items"));
+        }
+        assert_eq!(next, item_keys.len(), "every line item belongs to an order of its part");
+        OrdersWithLineitems { schema, batches: out.into_iter() }
+    }
+}
+
+impl Iterator for OrdersWithLineitems {
+    type Item = RecordBatch;
+    fn next(&mut self) -> Option<RecordBatch> {
+        self.batches.next()
+    }
+}
+
+impl RecordBatchIterator for OrdersWithLineitems {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
 }
 
