@@ -310,15 +310,19 @@ struct Variant {
     v2: bool,
     dictionary: bool,
     tiny_pages: bool,
+    /// With the nested columns of [`nested_columns`].
+    nested: bool,
 }
 
 fn write_variant(dir: &Path, rows: usize, var: &Variant) -> PathBuf {
     let mut cols = columns(rows, Nulls::Required, 1);
     cols.extend(columns(rows, Nulls::Some, 2));
     cols.extend(columns(rows, Nulls::All, 3));
-    cols.extend(nested_columns(rows, Nulls::Required, 4));
-    cols.extend(nested_columns(rows, Nulls::Some, 5));
-    cols.extend(nested_columns(rows, Nulls::All, 6));
+    if var.nested {
+        cols.extend(nested_columns(rows, Nulls::Required, 4));
+        cols.extend(nested_columns(rows, Nulls::Some, 5));
+        cols.extend(nested_columns(rows, Nulls::All, 6));
+    }
     let schema = Arc::new(Schema::new(cols.iter().map(|c| c.0.clone()).collect::<Vec<_>>()));
     let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect()).unwrap();
     let mut b = WriterProperties::builder()
@@ -338,11 +342,12 @@ fn write_variant(dir: &Path, rows: usize, var: &Variant) -> PathBuf {
         }
     }
     let name = format!(
-        "m_{:?}_{}_{}_{}.parquet",
+        "m_{:?}_{}_{}_{}_{}.parquet",
         var.codec,
         if var.v2 { "v2" } else { "v1" },
         if var.dictionary { "dict" } else { "plain" },
-        if var.tiny_pages { "tiny" } else { "default" }
+        if var.tiny_pages { "tiny" } else { "default" },
+        if var.nested { "nested" } else { "flat" }
     )
     .replace(['(', ')', ' ', '{', '}', ':'], "");
     let path = dir.join(name);
@@ -372,7 +377,7 @@ fn matrix_matches_arrow_rs(ctx: &Arc<GpuContext>) {
         for v2 in [false, true] {
             for dictionary in [false, true] {
                 for tiny_pages in [false, true] {
-                    let path = write_variant(dir.path(), rows, &Variant { codec, v2, dictionary, tiny_pages });
+                    let path = write_variant(dir.path(), rows, &Variant { codec, v2, dictionary, tiny_pages, nested: true });
                     let t = assert_same(&path, &ReadOptions::new());
                     assert_eq!(t.num_rows(), rows);
                     assert_decompression(ctx, codec, &t.stats().decompression);
@@ -386,7 +391,7 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let rows = matrix_rows(ctx);
     for codec in [Compression::SNAPPY, Compression::BROTLI(Default::default()), Compression::LZ4, Compression::ZSTD(Default::default())] {
-        let path = write_variant(dir.path(), rows, &Variant { codec, v2: true, dictionary: true, tiny_pages: false });
+        let path = write_variant(dir.path(), rows, &Variant { codec, v2: true, dictionary: true, tiny_pages: false, nested: true });
         let t = assert_same(&path, &ReadOptions::new().with_decompress(DecompressMode::Cpu));
         let d = &t.stats().decompression;
         assert!(d.cpu_pages > 0, "{codec:?}: {d:?}");
@@ -418,7 +423,7 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
 fn projections_and_row_groups(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let rows = matrix_rows(ctx);
-    let path = write_variant(dir.path(), rows, &Variant { codec: Compression::SNAPPY, v2: false, dictionary: true, tiny_pages: true });
+    let path = write_variant(dir.path(), rows, &Variant { codec: Compression::SNAPPY, v2: false, dictionary: true, tiny_pages: true, nested: true });
     let expected = arrow_rs(&path).unwrap();
     let got = read_parquet_to_device(&path, &ReadOptions::new().with_columns(["utf8_opt", "i64_req"]).with_row_groups([1]))
         .unwrap()
@@ -439,7 +444,7 @@ fn projections_and_row_groups(ctx: &Arc<GpuContext>) {
 fn pinned_copies_return_and_reuse_their_slab(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let rows = matrix_rows(ctx);
-    let path = write_variant(dir.path(), rows, &Variant { codec: Compression::SNAPPY, v2: true, dictionary: true, tiny_pages: false });
+    let path = write_variant(dir.path(), rows, &Variant { codec: Compression::SNAPPY, v2: true, dictionary: true, tiny_pages: false, nested: false });
     let expected = arrow_rs(&path).unwrap();
     let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
     let pool = PinnedHostPool::with_capacity(ctx, 1 << 30);

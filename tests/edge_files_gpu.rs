@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "page_checksums_verified_on_request", page_checksums_verified_on_request),
         gpu_trial(&device, "intervals_match_arrow_rs", intervals_match_arrow_rs),
         gpu_trial(&device, "string_views_built_on_the_device", string_views_built_on_the_device),
+        gpu_trial(&device, "bit_packed_levels_match_arrow_rs", bit_packed_levels_match_arrow_rs),
     ])
 }
 
@@ -520,4 +521,172 @@ fn string_views_built_on_the_device(_ctx: &Arc<GpuContext>) {
         let pinned = table.to_record_batch_pinned().unwrap();
         common::assert_batches_equal(&format!("{} (pinned copy)", path.display()), &got, &pinned);
     }
+}
+
+/// Rewrites the RLE levels of uncompressed v1 data pages as the deprecated
+/// BIT_PACKED encoding (no length prefix, `bit width` bits per level, least
+/// significant bit first as arrow-rs reads them), from the levels the column
+/// was written with.
+struct WithBitPackedLevels<'a> {
+    inner: SerializedPageWriter<'a, std::fs::File>,
+    reps: Vec<i16>,
+    defs: Vec<i16>,
+    max_rep: i16,
+    max_def: i16,
+    cursor: usize,
+}
+
+fn bit_packed(levels: &[i16], max: i16) -> Vec<u8> {
+    let bw = (16 - (max as u16).leading_zeros()) as usize;
+    let mut out = vec![0u8; (levels.len() * bw).div_ceil(8)];
+    for (i, &l) in levels.iter().enumerate() {
+        for b in 0..bw {
+            if (l >> b) & 1 == 1 {
+                let bit = i * bw + b;
+                out[bit / 8] |= 1 << (bit % 8);
+            }
+        }
+    }
+    out
+}
+
+impl PageWriter for WithBitPackedLevels<'_> {
+    fn write_page(&mut self, page: CompressedPage) -> parquet::errors::Result<PageWriteSpec> {
+        let page = match page.compressed_page().clone() {
+            Page::DataPage { buf, num_values, encoding, statistics, .. } => {
+                let n = num_values as usize;
+                let mut pos = 0;
+                for max in [self.max_rep, self.max_def] {
+                    if max > 0 {
+                        pos += 4 + u32::from_le_bytes(buf[pos..pos + 4].try_into().unwrap()) as usize;
+                    }
+                }
+                let mut out = Vec::new();
+                if self.max_rep > 0 {
+                    out.extend(bit_packed(&self.reps[self.cursor..self.cursor + n], self.max_rep));
+                }
+                if self.max_def > 0 {
+                    out.extend(bit_packed(&self.defs[self.cursor..self.cursor + n], self.max_def));
+                }
+                out.extend_from_slice(&buf[pos..]);
+                self.cursor += n;
+                let len = out.len();
+                #[allow(deprecated)]
+                let packed = Encoding::BIT_PACKED;
+                let page = Page::DataPage {
+                    buf: out.into(),
+                    num_values,
+                    encoding,
+                    def_level_encoding: if self.max_def > 0 { packed } else { Encoding::RLE },
+                    rep_level_encoding: if self.max_rep > 0 { packed } else { Encoding::RLE },
+                    statistics,
+                };
+                CompressedPage::new(page, len)
+            }
+            _ => page,
+        };
+        self.inner.write_page(page)
+    }
+
+    fn close(&mut self) -> parquet::errors::Result<()> {
+        self.inner.close()
+    }
+}
+
+/// v1 pages whose definition and repetition levels use the deprecated
+/// BIT_PACKED encoding: a nullable INT32, a nullable string and a nullable
+/// list of nullable INT32 (levels up to 3, so 2-bit levels), several pages
+/// per chunk, compared with arrow-rs.
+fn bit_packed_levels_match_arrow_rs(_ctx: &Arc<GpuContext>) {
+    let schema = Arc::new(
+        parse_message_type(
+            "message t { optional int32 n; optional binary s (UTF8); optional group l (LIST) { repeated group list { optional int32 element; } } }",
+        )
+        .unwrap(),
+    );
+    let props = Arc::new(
+        WriterProperties::builder()
+            .set_writer_version(WriterVersion::PARQUET_1_0)
+            .set_dictionary_enabled(false)
+            .set_encoding(Encoding::PLAIN)
+            .set_data_page_row_count_limit(90)
+            .set_write_batch_size(31)
+            .build(),
+    );
+    let descr = Arc::new(parquet::schema::types::SchemaDescriptor::new(schema.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bit_packed_levels.parquet");
+    let mut w = SerializedFileWriter::new(std::fs::File::create(&path).unwrap(), schema, props.clone()).unwrap();
+    let mut r = Rng::new(3);
+    let rows = 700usize;
+    let mut rg = w.next_row_group().unwrap();
+    for ci in 0..descr.num_columns() {
+        let (mut defs, mut reps) = (Vec::new(), Vec::new());
+        if ci < 2 {
+            defs = (0..rows).map(|_| i16::from(r.below(5) != 0)).collect();
+        } else {
+            for _ in 0..rows {
+                match r.below(6) {
+                    // A null list, an empty list, or elements (some null).
+                    kind @ (0 | 1) => {
+                        defs.push(kind as i16);
+                        reps.push(0);
+                    }
+                    _ => {
+                        for k in 0..=r.below(4) {
+                            defs.push(if r.below(4) == 0 { 2 } else { 3 });
+                            reps.push(i16::from(k > 0));
+                        }
+                    }
+                }
+            }
+        }
+        let max_def = descr.column(ci).max_def_level();
+        let present = defs.iter().filter(|&&d| d == max_def).count();
+        let chunk_path = path.with_extension(format!("chunk{ci}"));
+        let mut sink = TrackedWrite::new(std::fs::File::create(&chunk_path).unwrap());
+        let close = {
+            let pages = WithBitPackedLevels {
+                inner: SerializedPageWriter::new(&mut sink),
+                reps: reps.clone(),
+                defs: defs.clone(),
+                max_rep: descr.column(ci).max_rep_level(),
+                max_def,
+                cursor: 0,
+            };
+            let reps = (!reps.is_empty()).then_some(reps.as_slice());
+            match get_column_writer(descr.column(ci), props.clone(), Box::new(pages)) {
+                ColumnWriter::Int32ColumnWriter(mut cw) => {
+                    let v: Vec<i32> = (0..present).map(|_| r.next() as i32).collect();
+                    cw.write_batch(&v, Some(&defs), reps).unwrap();
+                    cw.close().unwrap()
+                }
+                ColumnWriter::ByteArrayColumnWriter(mut cw) => {
+                    let v: Vec<ByteArray> = (0..present).map(|i| ByteArray::from(format!("v{}", i * 3).as_str())).collect();
+                    cw.write_batch(&v, Some(&defs), reps).unwrap();
+                    cw.close().unwrap()
+                }
+                _ => unreachable!("the schema has INT32 and BYTE_ARRAY leaves"),
+            }
+        };
+        sink.into_inner().unwrap().sync_all().unwrap();
+        rg.append_column(&std::fs::File::open(&chunk_path).unwrap(), close).unwrap();
+        std::fs::remove_file(&chunk_path).unwrap();
+    }
+    rg.close().unwrap();
+    w.close().unwrap();
+    let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    #[allow(deprecated)]
+    let packed = Encoding::BIT_PACKED;
+    let mut pages = reader.get_row_group(0).unwrap().get_column_page_reader(2).unwrap();
+    let mut data_pages = 0;
+    while let Some(page) = pages.get_next_page().unwrap() {
+        if let Page::DataPage { def_level_encoding, rep_level_encoding, .. } = page {
+            assert_eq!((def_level_encoding, rep_level_encoding), (packed, packed), "the list's levels are BIT_PACKED");
+            data_pages += 1;
+        }
+    }
+    assert!(data_pages > 1, "the list spans pages");
+    let got = assert_same(&path, &ReadOptions::new());
+    assert_eq!(got.num_rows(), rows);
 }

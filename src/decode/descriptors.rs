@@ -62,10 +62,9 @@ pub(crate) struct PageInfo {
     pub crc: u32,
 }
 
-/// Bits of [`PageInfo::flags`].
+/// Bits of [`PageInfo::flags`] (bit 0, a dictionary page's `is_sorted`,
+/// is kept but not used).
 pub(crate) mod page_flags {
-    /// A dictionary page whose header says it is sorted.
-    pub const DICT_SORTED: u32 = 1;
     /// The header carries a CRC-32 of the page.
     pub const HAS_CRC: u32 = 2;
 }

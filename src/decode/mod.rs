@@ -247,10 +247,12 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipes]
             if matches!(e, Some(Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY)) && chunk.dictionary.is_none() {
                 return Err(corrupt(plan, ci, table.page_in_chunk(pi), CorruptKind::NoDictionary, ""));
             }
-            if p.page_type == page_type::DATA_V1 && leaf.max_def_level > 0 && parquet_encoding(p.def_encoding) != Some(Encoding::RLE) {
+            #[allow(deprecated)]
+            let level_encoding = |code| matches!(parquet_encoding(code), Some(Encoding::RLE | Encoding::BIT_PACKED));
+            if p.page_type == page_type::DATA_V1 && leaf.max_def_level > 0 && !level_encoding(p.def_encoding) {
                 return Err(unsupported(plan, c.column, format!("{} definition levels", encoding_name(p.def_encoding))));
             }
-            if p.page_type == page_type::DATA_V1 && leaf.max_rep_level > 0 && parquet_encoding(p.rep_encoding) != Some(Encoding::RLE) {
+            if p.page_type == page_type::DATA_V1 && leaf.max_rep_level > 0 && !level_encoding(p.rep_encoding) {
                 return Err(unsupported(plan, c.column, format!("{} repetition levels", encoding_name(p.rep_encoding))));
             }
         }

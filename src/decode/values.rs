@@ -22,7 +22,7 @@ use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::plan::ReadPlan;
 
 use super::decompress::Decompressed;
-use super::descriptors::{ColumnDesc, DictDesc, PageDesc, page_type};
+use super::descriptors::{ColumnDesc, DictDesc, PageDesc, PageInfo, page_type};
 use super::pages::{PageTable, corrupt};
 use super::types::{ColumnRecipe, Family};
 use super::{ColumnRecipes, parquet_encoding, unsupported};
@@ -329,7 +329,7 @@ pub(crate) fn decode_columns(
                 num_values: p.num_values as u32,
                 dict_count,
                 encoding: p.encoding,
-                level_mode: if p.page_type == page_type::DATA_V2 { 2 } else { 1 },
+                level_mode: level_mode(p),
                 def_len: p.def_len as u32,
                 rep_len: p.rep_len as u32,
                 column: col as u32,
@@ -511,4 +511,16 @@ fn check_dicts(plan: &ReadPlan, d_dicts: &DeviceBuffer, origin: &[usize]) -> Res
 /// A grid size for `blocks` blocks (one per page or dictionary).
 fn launch_grid(blocks: usize) -> Result<u32> {
     u32::try_from(blocks).map_err(|_| crate::error::Error::Internal(format!("{blocks} blocks in one launch")))
+}
+
+/// `PageDesc::level_mode` of a data page (page_decode.cuh `LEVELS_*`): the
+/// page version, and for v1 pages which level streams are BIT_PACKED.
+fn level_mode(p: &PageInfo) -> u32 {
+    const BIT_PACKED: u32 = 4; // Parquet's Encoding::BIT_PACKED
+    if p.page_type == page_type::DATA_V2 {
+        return 2;
+    }
+    let rep = if p.rep_encoding == BIT_PACKED { 4 } else { 0 };
+    let def = if p.def_encoding == BIT_PACKED { 8 } else { 0 };
+    1 | rep | def
 }

@@ -60,23 +60,15 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_levels(PageDe
     const u8* p = (const u8*)pg->data;
     u32 left = pg->size;
     if (pg->row_start + pg->num_values > col.num_rows || !col.def_levels) error = GPQ_ERR_OUTPUT_OVERFLOW;
-    else if (pg->level_mode == 2) {
+    else if ((pg->level_mode & LEVELS_VERSION_MASK) == LEVELS_V2) {
       if ((u64)pg->rep_len + pg->def_len > left) error = GPQ_ERR_TRUNCATED_PAGE;
       else {
         if (col.max_rep) hybrid_init(rep, p, pg->rep_len, level_bit_width(col.max_rep));
         if (col.max_def) hybrid_init(def, p + pg->rep_len, pg->def_len, level_bit_width(col.max_def));
       }
     } else {
-      for (u32 section = 0; section < 2 && !error; section++) {
-        u32 max = section == 0 ? col.max_rep : col.max_def;
-        if (max == 0) continue;
-        if (left < 4) { error = GPQ_ERR_TRUNCATED_PAGE; break; }
-        u32 n = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-        if (n > left - 4) { error = GPQ_ERR_TRUNCATED_PAGE; break; }
-        hybrid_init(section == 0 ? rep : def, p + 4, n, level_bit_width(max));
-        p += 4 + n;
-        left -= 4 + n;
-      }
+      if (col.max_rep) error = v1_level_stream(&p, &left, col.max_rep, pg->level_mode & LEVELS_REP_BIT_PACKED, pg->num_values, &rep);
+      if (!error && col.max_def) error = v1_level_stream(&p, &left, col.max_def, pg->level_mode & LEVELS_DEF_BIT_PACKED, pg->num_values, &def);
     }
   }
   __syncthreads();

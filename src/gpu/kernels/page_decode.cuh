@@ -29,6 +29,37 @@ struct ColumnDesc {
 // Bits of an RLE/bit-packed level stream whose largest level is `max`.
 GPQ_DEVICE u32 level_bit_width(u32 max) { return max ? 32u - __clz(max) : 0u; }
 
+// PageDesc.level_mode: the page version in the low bits, and for v1 pages
+// whether a level stream uses the deprecated BIT_PACKED encoding.
+#define LEVELS_V1 1u
+#define LEVELS_V2 2u
+#define LEVELS_VERSION_MASK 3u
+#define LEVELS_REP_BIT_PACKED 4u
+#define LEVELS_DEF_BIT_PACKED 8u
+
+// Thread 0: the v1 level stream at *p (of a column whose largest level is
+// `max`, `num_values` levels): RLE behind a u32 length, or BIT_PACKED
+// without one. Initialises `s` if given and moves *p and *left past it.
+GPQ_DEVICE u32 v1_level_stream(const u8** p, u32* left, u32 max, bool bit_packed, u32 num_values, HybridStream* s) {
+  u32 bw = level_bit_width(max);
+  if (bit_packed) {
+    u64 n = ((u64)num_values * bw + 7) / 8;
+    if (n > *left) return GPQ_ERR_TRUNCATED_PAGE;
+    if (s) packed_levels_init(*s, *p, (u32)n, bw, num_values);
+    *p += n;
+    *left -= (u32)n;
+    return 0;
+  }
+  if (*left < 4) return GPQ_ERR_TRUNCATED_PAGE;
+  const u8* q = *p;
+  u32 n = (u32)q[0] | ((u32)q[1] << 8) | ((u32)q[2] << 16) | ((u32)q[3] << 24);
+  if (n > *left - 4) return GPQ_ERR_TRUNCATED_PAGE;
+  if (s) hybrid_init(*s, q + 4, n, bw);
+  *p += 4 + n;
+  *left -= 4 + n;
+  return 0;
+}
+
 // Mirrors decode/descriptors.rs (PageDesc, 80 bytes).
 struct PageDesc {
   u64 data;          // page bytes: [rep levels][def levels][values], uncompressed
@@ -40,7 +71,7 @@ struct PageDesc {
   u32 num_values;    // levels in the page (rows, for flat columns)
   u32 dict_count;    // dictionary entries (0: no dictionary)
   u32 encoding;      // value encoding (Parquet's Encoding enum)
-  u32 level_mode;    // 0: no levels; 1: v1 (u32 length prefix); 2: v2 (def_len bytes)
+  u32 level_mode;    // LEVELS_V1 or LEVELS_V2, with the BIT_PACKED flags of v1 pages
   u32 def_len;       // v2
   u32 rep_len;       // v2
   u32 column;        // index into the column table
@@ -90,7 +121,7 @@ GPQ_DEVICE u32 levels_setup(const PageDesc& pg, const ColumnDesc& col, HybridStr
   *values = p;
   *values_len = 0;
   hybrid_init(def, p, 0, 0);
-  if (pg.level_mode == 2) {
+  if ((pg.level_mode & LEVELS_VERSION_MASK) == LEVELS_V2) {
     if ((u64)pg.rep_len + pg.def_len > left) return GPQ_ERR_TRUNCATED_PAGE;
     // Repetition levels are gpq_decode_levels's business. (A flat column
     // has none, but some writers store them anyway in v2 pages: all zeros,
@@ -101,19 +132,16 @@ GPQ_DEVICE u32 levels_setup(const PageDesc& pg, const ColumnDesc& col, HybridStr
     if (col.max_def > 0) hybrid_init(def, p, pg.def_len, level_bit_width(col.max_def));
     p += pg.def_len;
     left -= pg.def_len;
-  } else if (pg.level_mode == 1) {
-    // v1: [u32 length][repetition levels] if repeated, then
-    // [u32 length][definition levels] if nullable; the repetition levels
-    // are gpq_decode_levels's business.
-    for (u32 section = 0; section < 2; section++) {
-      u32 max = section == 0 ? col.max_rep : col.max_def;
-      if (max == 0) continue;
-      if (left < 4) return GPQ_ERR_TRUNCATED_PAGE;
-      u32 n = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-      if (n > left - 4) return GPQ_ERR_TRUNCATED_PAGE;
-      if (section == 1) hybrid_init(def, p + 4, n, level_bit_width(max));
-      p += 4 + n;
-      left -= 4 + n;
+  } else if ((pg.level_mode & LEVELS_VERSION_MASK) == LEVELS_V1) {
+    // v1: repetition levels if repeated, then definition levels if
+    // nullable; the repetition levels are gpq_decode_levels's business.
+    if (col.max_rep > 0) {
+      u32 err = v1_level_stream(&p, &left, col.max_rep, pg.level_mode & LEVELS_REP_BIT_PACKED, pg.num_values, nullptr);
+      if (err) return err;
+    }
+    if (col.max_def > 0) {
+      u32 err = v1_level_stream(&p, &left, col.max_def, pg.level_mode & LEVELS_DEF_BIT_PACKED, pg.num_values, &def);
+      if (err) return err;
     }
   }
   *values = p;

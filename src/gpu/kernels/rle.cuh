@@ -27,19 +27,37 @@ struct HybridStream {
   u32 next_start;  // value index where the next unparsed run starts
   u32 nruns;
   u32 error;
+  u32 packed_only;  // the deprecated BIT_PACKED levels: one headerless run of packed_only values
   HybridRun runs[GPQ_BATCH + 1];
 };
 
 GPQ_DEVICE void hybrid_init(HybridStream& s, const u8* data, u32 len, u32 bit_width) {
   s.data = data; s.len = len; s.bit_width = bit_width;
-  s.pos = 0; s.next_start = 0; s.nruns = 0;
+  s.pos = 0; s.next_start = 0; s.nruns = 0; s.packed_only = 0;
   s.error = bit_width > 32 ? GPQ_ERR_BIT_WIDTH : 0;
+}
+
+// The deprecated BIT_PACKED level encoding of v1 pages: `count` values of
+// `bit_width` bits and no run headers, in `len` bytes (the caller checks that
+// they hold them). The bits are read in the hybrid encoding's order, least
+// significant first, as arrow-rs and Arrow C++ read them (the format's text
+// says most significant first, as parquet-mr writes them; no reader here
+// follows it).
+GPQ_DEVICE void packed_levels_init(HybridStream& s, const u8* data, u32 len, u32 bit_width, u32 count) {
+  hybrid_init(s, data, len, bit_width);
+  s.packed_only = count;
 }
 
 // Thread 0 only: makes the run table cover values [lo, hi). Values must be
 // asked for in increasing order across calls.
 GPQ_DEVICE void hybrid_fill(HybridStream& s, u32 lo, u32 hi) {
   if (s.error) return;
+  if (s.packed_only) {
+    HybridRun r; r.start = 0; r.count = s.packed_only; r.payload = 0; r.bitpacked = 1;
+    s.runs[0] = r; s.nruns = 1; s.next_start = s.packed_only;
+    if (hi > s.packed_only) s.error = GPQ_ERR_TOO_FEW_VALUES;
+    return;
+  }
   // Keep the last run if it reaches into the new window.
   if (s.nruns > 0) {
     HybridRun last = s.runs[s.nruns - 1];
