@@ -148,8 +148,8 @@ stage_regressions() {
 }
 
 stage_sanitizer_core() {
-  # memcheck, racecheck and synccheck on the decode and corruption tests (gpq's kernels), each bounded.
-  for t in test-decode_gpu test-corrupt_gpu; do
+  # memcheck, racecheck and synccheck on the decode, corruption and edge-file tests (gpq's kernels), each bounded.
+  for t in test-decode_gpu test-corrupt_gpu test-edge_files_gpu; do
     GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 99 "$work/bin/$t" --test-threads=1 > "$OUT/memcheck-$t.log" 2>&1
     note "memcheck $t: rc=$? $(grep -E 'ERROR SUMMARY|test result' "$OUT/memcheck-$t.log" | tr '\n' ' ')"
   done
@@ -158,6 +158,8 @@ stage_sanitizer_core() {
     note "$tool test-corrupt_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-corrupt.log" | tr '\n' ' ')"
     GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 60 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-decode_gpu" --test-threads=1 --exact matrix_matches_arrow_rs > "$OUT/$tool-matrix.log" 2>&1
     note "$tool test-decode_gpu matrix: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-matrix.log" | tr '\n' ' ')"
+    GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 60 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-edge_files_gpu" --test-threads=1 > "$OUT/$tool-edge.log" 2>&1
+    note "$tool test-edge_files_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-edge.log" | tr '\n' ' ')"
   done
 }
 

@@ -11,7 +11,9 @@
 #   .device/core  the core crate's test binaries, the criterion benches, the
 #                 parquet-testing corpus, the regression files, and the fuzzer
 #                 (gpq-fuzz, fuzz.py: run.sh stage fuzz)
-#   .device/df    the DataFusion crate's test binary
+#   .device/df    the DataFusion crate's TPC-H test binary (and, with
+#                 DEVICE_DF_TESTS, .device/df2 with its other test binaries)
+# SKIP_BENCHES=1 skips the criterion benches (a build of its own).
 # run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,12 +57,14 @@ for path, kind in ((sys.argv[1], "test"), (sys.argv[2], "bench")):
         # layering test needs cargo and the sources, so it runs here only.
         if m.get("reason") != "compiler-artifact" or not m.get("executable"):
             continue
+        # The package decides the bundle: the DataFusion crate's tests go to df.
+        bundle = "df" if "gpq-datafusion" in m.get("package_id", "") else "core"
         if kind == "bench" and kinds == ["bench"]:
-            print("bench", t["name"], m["executable"])
+            print("bench", t["name"], m["executable"], bundle)
         elif kind == "test" and kinds == ["test"] and t["name"] != "layering":
-            print("test", t["name"], m["executable"])
+            print("test", t["name"], m["executable"], bundle)
 PY
-while read -r kind name exe; do
+while read -r kind name exe _; do
   copy "$exe" "$kind-$name"
 done < "$stage/executables.txt"
 rm -f "$stage/test.json" "$stage/bench.json"
@@ -94,9 +98,17 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
   du -sh "$stage/$name/payload.tar.xz"
 }
 # (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
-core=(bin/gpq bin/gpq-fuzz bin/fuzz.py $(cd "$stage" && ls bin/test-* bin/bench-* 2>/dev/null | grep -vE -- '-(tpch|mutations)$') lib data)
+in_bundle() { awk -v b="$1" '$4 == b { print "bin/" $1 "-" $2 }' "$stage/executables.txt" | grep -v -- '-mutations$' || true; }
+core=(bin/gpq bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
 bundle core "${core[@]}"
-if [ "$bundles" != core ]; then bundle df bin/gpq bin/test-tpch lib; fi
+# The DataFusion crate's test binaries are ~120 MB each (stripped): the df
+# bundle carries the TPC-H one (22 queries, GPU backend); the others
+# (DEVICE_DF_TESTS, e.g. "changed_files gpu_context_lost") go in a df2 bundle.
+if [ "$bundles" != core ]; then
+  bundle df bin/gpq bin/test-tpch lib
+  df2=(); for t in ${DEVICE_DF_TESTS:-}; do df2+=(bin/test-$t); done
+  if [ ${#df2[@]} -gt 0 ]; then bundle df2 "${df2[@]}" lib; fi
+fi
 rm -rf "$stage/bin" "$stage/lib" "$stage/data"
 echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
