@@ -66,12 +66,36 @@ GPQ_DEVICE void store_value(const ColumnDesc& col, const u8* src, u8* dst) {
   }
 }
 
+// Writes the `out` bytes of a little-endian value whose low 8 bytes are `lo`
+// and whose higher bytes all equal the bytes of `hi` (zero or a sign fill),
+// in whole words where `dst` is aligned for them.
+GPQ_DEVICE void store_words(u8* dst, u32 out, u64 lo, u64 hi) {
+  if (out == 8 && !((u64)dst & 7)) { *(u64*)dst = lo; return; }
+  if (out == 4 && !((u64)dst & 3)) { *(u32*)dst = (u32)lo; return; }
+  if (out == 16 && !((u64)dst & 7)) { ((u64*)dst)[0] = lo; ((u64*)dst)[1] = hi; return; }
+  for (u32 k = 0; k < out; k++) dst[k] = (u8)(k < 8 ? lo >> (8 * k) : hi >> (8 * (k & 7)));
+}
+
 // BYTE_STREAM_SPLIT: byte b of value i is byte i of stream b (streams of
 // `stride` bytes each). Neighbouring threads read neighbouring bytes of each
 // stream. page_setup admits only fixed-width kinds, and conversions only for
 // values of at most 32 bytes.
 GPQ_DEVICE void store_split_value(const ColumnDesc& col, const u8* streams, u32 stride, u32 i, u8* dst) {
   const u32 in = col.in_width;
+  if (in <= 8 && (col.kind == GPQ_KIND_COPY || col.kind == GPQ_KIND_SEXT)) {
+    // Values of up to 8 bytes are gathered in a register and stored in whole
+    // words (a byte array here would live in local memory).
+    u64 w = 0;
+    for (u32 b = 0; b < in; b++) w |= (u64)streams[(u64)b * stride + i] << (8 * b);
+    u64 hi = 0;
+    if (col.kind == GPQ_KIND_SEXT) {
+      const u32 drop = 64 - 8 * in;   // in >= 1: a kind with in_width 0 never gets here
+      w = (u64)((i64)(w << drop) >> drop);
+      hi = (u64)((i64)w >> 63);
+    }
+    store_words(dst, col.out_width, w, hi);
+    return;
+  }
   if (col.kind == GPQ_KIND_COPY) {
     for (u32 b = 0; b < col.out_width && b < in; b++) dst[b] = streams[(u64)b * stride + i];
     return;
@@ -151,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_fixed(PageDes
         }
       }
       if (src) store_value(col, src, dst);
-      else for (u32 i = 0; i < col.out_width; i++) dst[i] = 0;
+      else store_words(dst, col.out_width, 0, 0);
     }
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
