@@ -121,6 +121,17 @@ enum Nulls {
     All,
 }
 
+impl Nulls {
+    /// The suffix of the column names.
+    fn tag(self) -> &'static str {
+        match self {
+            Nulls::Required => "req",
+            Nulls::Some => "opt",
+            Nulls::All => "null",
+        }
+    }
+}
+
 fn valid(r: &mut Rng, n: Nulls) -> bool {
     match n {
         Nulls::Required => true,
@@ -133,11 +144,7 @@ fn valid(r: &mut Rng, n: Nulls) -> bool {
 fn columns(rows: usize, nulls: Nulls, seed: u64) -> Vec<(Field, ArrayRef)> {
     let mut r = Rng::new(seed);
     let nullable = nulls != Nulls::Required;
-    let tag = match nulls {
-        Nulls::Required => "req",
-        Nulls::Some => "opt",
-        Nulls::All => "null",
-    };
+    let tag = nulls.tag();
     macro_rules! prim {
         ($name:expr, $arr:ty, $gen:expr) => {{
             let a: $arr = (0..rows).map(|_| if valid(&mut r, nulls) { Some($gen(&mut r)) } else { None }).collect();
@@ -228,11 +235,7 @@ fn nested_columns(rows: usize, nulls: Nulls, seed: u64) -> Vec<(Field, ArrayRef)
     use arrow::buffer::{NullBuffer, OffsetBuffer};
     let mut r = Rng::new(seed);
     let nullable = nulls != Nulls::Required;
-    let tag = match nulls {
-        Nulls::Required => "req",
-        Nulls::Some => "opt",
-        Nulls::All => "null",
-    };
+    let tag = nulls.tag();
     let bits = |r: &mut Rng, n: usize| -> Option<NullBuffer> { nullable.then(|| (0..n).map(|_| r.below(6) != 0).collect::<Vec<bool>>().into()) };
     let ints = |r: &mut Rng, n: usize| -> ArrayRef {
         let nb = bits(r, n);

@@ -193,6 +193,19 @@ impl PageWriter for WithRepLevels<'_> {
     }
 }
 
+/// Appends a column chunk written to a file of its own (through a page writer
+/// of the test's) to the row group, and removes the file.
+fn append_chunk(
+    rg: &mut parquet::file::writer::SerializedRowGroupWriter<'_, std::fs::File>,
+    sink: TrackedWrite<std::fs::File>,
+    chunk_path: &Path,
+    close: parquet::column::writer::ColumnCloseResult,
+) {
+    sink.into_inner().unwrap().sync_all().unwrap();
+    rg.append_column(&std::fs::File::open(chunk_path).unwrap(), close).unwrap();
+    std::fs::remove_file(chunk_path).unwrap();
+}
+
 /// Writes BOOLEAN columns (nullable, required, nullable in long runs) and a
 /// nullable INT32 and string column with the parquet crate's column writers,
 /// in small pages and two row groups; `encoding` for the booleans, and, with
@@ -266,9 +279,7 @@ fn write_booleans(path: &Path, v2: bool, encoding: Encoding, codec: Compression,
                     _ => unreachable!("the schema has BOOLEAN, INT32 and BYTE_ARRAY columns"),
                 }
             };
-            sink.into_inner().unwrap().sync_all().unwrap();
-            rg.append_column(&std::fs::File::open(&chunk_path).unwrap(), close).unwrap();
-            std::fs::remove_file(&chunk_path).unwrap();
+            append_chunk(&mut rg, sink, &chunk_path, close);
         }
         rg.close().unwrap();
         rows += rg_rows;
@@ -669,9 +680,7 @@ fn bit_packed_levels_match_arrow_rs(_ctx: &Arc<GpuContext>) {
                 _ => unreachable!("the schema has INT32 and BYTE_ARRAY leaves"),
             }
         };
-        sink.into_inner().unwrap().sync_all().unwrap();
-        rg.append_column(&std::fs::File::open(&chunk_path).unwrap(), close).unwrap();
-        std::fs::remove_file(&chunk_path).unwrap();
+        append_chunk(&mut rg, sink, &chunk_path, close);
     }
     rg.close().unwrap();
     w.close().unwrap();
