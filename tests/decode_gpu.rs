@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arrow::array::*;
 use arrow::datatypes::*;
-use common::{Rng, arrow_rs, gpu_trial, probe_device, run_trials};
+use common::{Nulls, Rng, arrow_rs, gpu_trial, probe_device, run_trials};
 use gpq::arrow::PinnedHostPool;
 use gpq::cuda::GpuContext;
 use gpq::{DecompressMode, Error, ReadOptions, read_parquet_to_device};
@@ -114,23 +114,6 @@ fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::Decom
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Nulls {
-    Required,
-    Some,
-    All,
-}
-
-impl Nulls {
-    /// The suffix of the column names.
-    fn tag(self) -> &'static str {
-        match self {
-            Nulls::Required => "req",
-            Nulls::Some => "opt",
-            Nulls::All => "null",
-        }
-    }
-}
 
 fn valid(r: &mut Rng, n: Nulls) -> bool {
     match n {

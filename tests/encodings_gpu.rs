@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use arrow::array::*;
 use arrow::datatypes::*;
-use common::{Rng, arrow_rs, gpu_trial, probe_device, run_trials};
+use common::{Nulls, Rng, arrow_rs, gpu_trial, probe_device, run_trials};
 use gpq::cuda::GpuContext;
 use gpq::{ReadOptions, ReadPlan, read_parquet_to_device};
 use parquet::arrow::ArrowWriter;
@@ -39,22 +39,6 @@ fn main() -> ExitCode {
     ])
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Nulls {
-    Required,
-    Some,
-    All,
-}
-
-impl Nulls {
-    fn tag(self) -> &'static str {
-        match self {
-            Nulls::Required => "req",
-            Nulls::Some => "opt",
-            Nulls::All => "null",
-        }
-    }
-}
 
 /// Builds columns of one nullability; `valid` decides each row's validity.
 struct Cols {

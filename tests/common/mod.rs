@@ -11,6 +11,28 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
+/// Which rows of a generated column are null.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Nulls {
+    /// A required column.
+    Required,
+    /// A nullable column with some nulls.
+    Some,
+    /// A nullable column of nulls only.
+    All,
+}
+
+impl Nulls {
+    /// The suffix of the column names.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Nulls::Required => "req",
+            Nulls::Some => "opt",
+            Nulls::All => "null",
+        }
+    }
+}
+
 /// A deterministic pseudo-random sequence (xorshift64*).
 pub struct Rng(u64);
 
