@@ -366,6 +366,10 @@ fn matrix_matches_arrow_rs(ctx: &Arc<GpuContext>) {
                     let path = write_variant(dir.path(), rows, &Variant { codec, v2, dictionary, tiny_pages, nested: true });
                     let t = assert_same(&path, &ReadOptions::new());
                     assert_eq!(t.num_rows(), rows);
+                    // Large lists get i64 offsets on the device, not by a host cast.
+                    let large = t.column_by_name("large_list_opt").expect("the nested columns are there");
+                    assert!(matches!(large.device_type(), DataType::LargeList(_)), "{}", large.device_type());
+                    assert_eq!(large.offsets().map(|o| o.len()), Some(8 * (rows as u64 + 1)));
                     assert_decompression(ctx, codec, &t.stats().decompression);
                 }
             }

@@ -7,8 +7,7 @@
 //! for `Utf8View` and `BinaryView`, whose characters are the column's
 //! [`DeviceColumn::view_data`]). Its [`DeviceColumn::device_type`] says what
 //! the buffers hold; where the schema asks for a type the device does not
-//! build (a dictionary, a large or fixed-size list), the host casts on
-//! conversion.
+//! build (a dictionary, a fixed-size list), the host casts on conversion.
 
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use arrow::datatypes::{DataType, FieldRef, SchemaRef};
 
 use crate::cuda::DeviceBuffer;
 use crate::decode::DecodedColumn;
-use crate::decode::views::VIEW_BUFFER_SHIFT;
+use crate::decode::layouts::VIEW_BUFFER_SHIFT;
 use crate::error::Result;
 use crate::stats::ReadStats;
 
@@ -162,7 +161,8 @@ impl DeviceColumn {
         };
         let mut builder = ArrayData::builder(self.device_type.clone()).len(self.len).null_count(self.null_count).null_bit_buffer(validity);
         if let Some(offsets) = &self.offsets {
-            builder = builder.add_buffer(host_buffer(offsets, 4 * (self.len + 1))?);
+            let width = if matches!(self.device_type, DataType::LargeList(_)) { 8 } else { 4 };
+            builder = builder.add_buffer(host_buffer(offsets, width * (self.len + 1))?);
         }
         for child in &self.children {
             builder = builder.add_child_data(child.host_data()?);

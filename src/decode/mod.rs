@@ -10,8 +10,8 @@
 //! strings a sizes pass, a host sum of page totals, and a characters pass.
 //! `types` decides per column which kernel and conversion produce its Arrow
 //! type; `nesting` builds structs, lists and maps from the leaves' levels;
-//! `views` turns offsets into `Utf8View`/`BinaryView` views where the schema
-//! asks for them. Encodings: PLAIN, dictionaries, RLE booleans, BYTE_STREAM_SPLIT,
+//! `layouts` makes `Utf8View`/`BinaryView` views and large-list offsets where
+//! the schema asks for them. Encodings: PLAIN, dictionaries, RLE booleans, BYTE_STREAM_SPLIT,
 //! DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY, each on
 //! the physical types Parquet allows it for, mixed freely within a chunk.
 //!
@@ -35,7 +35,7 @@ pub(crate) mod nvcomp;
 pub(crate) mod pages;
 pub(crate) mod types;
 pub(crate) mod values;
-pub(crate) mod views;
+pub(crate) mod layouts;
 
 use std::time::{Duration, Instant};
 
@@ -346,7 +346,7 @@ fn assemble(
         .enumerate()
         .map(|(ci, c)| {
             let mut c = c.ok_or_else(|| Error::Internal(format!("column {ci} was not decoded")))?;
-            views::build_views(&plan.path, &mut c, stream)?;
+            layouts::build_layouts(&plan.path, &mut c, stream)?;
             Ok(c)
         })
         .collect()

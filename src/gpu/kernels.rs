@@ -57,11 +57,13 @@ pub enum Kernel {
     PageCrc,
     /// String and binary views from offsets and characters (`views.cu`).
     MakeViews,
+    /// List offsets widened to `i64` (`copy.cu`).
+    WidenOffsets,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 18] = [
+    pub const ALL: [Kernel; 19] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -80,6 +82,7 @@ impl Kernel {
         Kernel::NestApply,
         Kernel::PageCrc,
         Kernel::MakeViews,
+        Kernel::WidenOffsets,
     ];
 
     /// The `extern "C"` name of the kernel in the sources.
@@ -103,6 +106,7 @@ impl Kernel {
             Kernel::NestApply => "gpq_nest_apply",
             Kernel::PageCrc => "gpq_page_crc",
             Kernel::MakeViews => "gpq_make_views",
+            Kernel::WidenOffsets => "gpq_widen_offsets",
         }
     }
 }

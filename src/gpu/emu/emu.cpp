@@ -269,7 +269,8 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_nest_count)        \
   X(gpq_nest_apply)        \
   X(gpq_page_crc)          \
-  X(gpq_make_views)
+  X(gpq_make_views)        \
+  X(gpq_widen_offsets)
 
 struct KernelEntry {
   const char* name;

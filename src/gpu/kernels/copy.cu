@@ -23,3 +23,8 @@ extern "C" __global__ void gpq_batched_copy(const CopyDesc* copies, u32 n) {
     for (u64 i = threadIdx.x; i < c.len; i += blockDim.x) d[i] = s[i];
   }
 }
+
+// List offsets widened from i32 to i64 (Arrow's LargeList), grid-stride.
+extern "C" __global__ void gpq_widen_offsets(const i32* src, i64* dst, u64 n) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) dst[i] = src[i];
+}

@@ -1,14 +1,20 @@
-//! Stage 5, where the schema asks for them: string and binary views.
+//! Stage 5: the layouts a schema asks for that the value and nesting kernels
+//! do not write directly, made on the device.
 //!
-//! Arrow's `Utf8View` and `BinaryView` (what DataFusion reads strings as by
-//! default) keep a 16-byte view per value over data buffers. The value
-//! kernels write offsets and characters; for every leaf whose field is a
-//! view type, `gpq_make_views` turns the offsets into views over the same
-//! characters, on the device, and the offsets are freed. The characters
-//! become the column's view data ([`DecodedColumn::view_data`]); the host
-//! exposes them as overlapping data buffers of at most 2^31 bytes starting
-//! every 2^30 bytes (see `views.cu`). Parents of such leaves (structs,
-//! lists, maps) get their device types updated.
+//! - String and binary views. Arrow's `Utf8View` and `BinaryView` (what
+//!   DataFusion reads strings as by default) keep a 16-byte view per value
+//!   over data buffers. The value kernels write offsets and characters; for
+//!   every leaf whose field is a view type, `gpq_make_views` turns the
+//!   offsets into views over the same characters, and the offsets are
+//!   freed. The characters become the column's view data
+//!   ([`DecodedColumn::view_data`]); the host exposes them as overlapping
+//!   data buffers of at most 2^31 bytes starting every 2^30 bytes (see
+//!   `views.cu`).
+//! - Large lists. The nesting kernels write `i32` list offsets; a list whose
+//!   field is `LargeList` gets them widened to `i64` (`gpq_widen_offsets`).
+//!
+//! Parents of changed nodes (structs, lists, maps) get their device types
+//! updated. Fixed-size lists stay lists on the device (the host casts).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,22 +27,48 @@ use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 
-/// Threads per block of `gpq_make_views`.
+/// Threads per block of `gpq_make_views` and `gpq_widen_offsets`.
 const BLOCK: u32 = 256;
 /// Most blocks of one launch (the kernel strides over the rest).
 const MAX_BLOCKS: u64 = 65_535;
 /// Log2 of the spacing of the view data buffers (views.cu `VIEW_BUFFER_SHIFT`).
 pub(crate) const VIEW_BUFFER_SHIFT: u32 = 30;
 
-/// Builds views for every leaf of `col` whose field asks for them.
-pub(crate) fn build_views(file: &Path, col: &mut DecodedColumn, stream: &Arc<GpuStream>) -> Result<()> {
+/// Builds the views and large-list offsets `col`'s fields ask for.
+pub(crate) fn build_layouts(file: &Path, col: &mut DecodedColumn, stream: &Arc<GpuStream>) -> Result<()> {
     for child in &mut col.children {
-        build_views(file, child, stream)?;
+        build_layouts(file, child, stream)?;
     }
     if !col.children.is_empty() {
         col.device_type = refreshed(&col.device_type, &col.children);
+        if let (DataType::LargeList(_), DataType::List(child)) = (col.field.data_type(), &col.device_type) {
+            let child = child.clone();
+            widen_offsets(col, stream)?;
+            col.device_type = DataType::LargeList(child);
+        }
         return Ok(());
     }
+    build_views(file, col, stream)
+}
+
+/// The `i32` offsets of a list as `i64`.
+fn widen_offsets(col: &mut DecodedColumn, stream: &Arc<GpuStream>) -> Result<()> {
+    let offsets = col.offsets.take().ok_or_else(|| Error::Internal(format!("{}: a list without offsets", col.field.name())))?;
+    let n = col.len as u64 + 1;
+    let wide = DeviceBuffer::alloc(stream, 8 * n, "large list offsets")?;
+    let kernels = Kernels::for_context(stream.context())?;
+    let grid = n.div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
+    let mut args = KernelArgs::new().arg(offsets.ptr()).arg(wide.ptr()).arg(n);
+    // SAFETY: arguments match gpq_widen_offsets; `offsets` holds n i32, `wide` n i64.
+    unsafe { kernels.launch(Kernel::WidenOffsets, grid, BLOCK, 0, stream, &mut args)? };
+    // Freed in stream order, after the kernel (the read's one stream).
+    drop(offsets);
+    col.offsets = Some(wide);
+    Ok(())
+}
+
+/// Builds views for a leaf whose field asks for them.
+fn build_views(file: &Path, col: &mut DecodedColumn, stream: &Arc<GpuStream>) -> Result<()> {
     let view = match (col.field.data_type(), &col.device_type) {
         (DataType::Utf8View, DataType::Utf8 | DataType::LargeUtf8) => DataType::Utf8View,
         (DataType::BinaryView, DataType::Binary | DataType::LargeBinary) => DataType::BinaryView,
@@ -91,6 +123,7 @@ fn refreshed(device_type: &DataType, children: &[DecodedColumn]) -> DataType {
             DataType::Struct(fields.iter().zip(children).map(|(f, c)| with(f, &c.device_type)).collect::<Fields>())
         }
         DataType::List(f) => DataType::List(with(f, &children[0].device_type)),
+        DataType::LargeList(f) => DataType::LargeList(with(f, &children[0].device_type)),
         DataType::Map(f, sorted) => DataType::Map(with(f, &children[0].device_type), *sorted),
         other => other.clone(),
     }
