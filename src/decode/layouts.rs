@@ -19,9 +19,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use arrow::datatypes::{DataType, Fields};
 
 use super::DecodedColumn;
+use super::nesting::device_field;
 use super::descriptors::ViewsDesc;
 use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Error, Result};
@@ -115,16 +116,13 @@ fn build_views(file: &Path, col: &mut DecodedColumn, stream: &Arc<GpuStream>) ->
 
 /// `device_type` of a struct, list or map with its children's device types.
 fn refreshed(device_type: &DataType, children: &[DecodedColumn]) -> DataType {
-    let with = |f: &FieldRef, t: &DataType| -> FieldRef {
-        if f.data_type() == t { f.clone() } else { Arc::new(Field::new(f.name(), t.clone(), f.is_nullable()).with_metadata(f.metadata().clone())) }
-    };
     match device_type {
         DataType::Struct(fields) => {
-            DataType::Struct(fields.iter().zip(children).map(|(f, c)| with(f, &c.device_type)).collect::<Fields>())
+            DataType::Struct(fields.iter().zip(children).map(|(f, c)| device_field(f, &c.device_type)).collect::<Fields>())
         }
-        DataType::List(f) => DataType::List(with(f, &children[0].device_type)),
-        DataType::LargeList(f) => DataType::LargeList(with(f, &children[0].device_type)),
-        DataType::Map(f, sorted) => DataType::Map(with(f, &children[0].device_type), *sorted),
+        DataType::List(f) => DataType::List(device_field(f, &children[0].device_type)),
+        DataType::LargeList(f) => DataType::LargeList(device_field(f, &children[0].device_type)),
+        DataType::Map(f, sorted) => DataType::Map(device_field(f, &children[0].device_type), *sorted),
         other => other.clone(),
     }
 }

@@ -400,7 +400,8 @@ fn gather(kind: u32, test: u32, arg: u32, src: u64, dst: u64, capacity: u64) -> 
     NestOp { kind, test, element: 0, arg, src, dst, capacity, counter: 0 }
 }
 
-fn device_field(field: &FieldRef, device_type: &DataType) -> FieldRef {
+/// `field` with the type its device buffers hold.
+pub(crate) fn device_field(field: &FieldRef, device_type: &DataType) -> FieldRef {
     if field.data_type() == device_type {
         field.clone()
     } else {
