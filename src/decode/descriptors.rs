@@ -107,6 +107,19 @@ pub(crate) struct ViewsDesc {
     pub status: u32,
 }
 
+/// Bits of [`PageDesc::level_mode`] (page_decode.cuh `LEVELS_*`; a test
+/// checks they agree).
+pub(crate) mod levels {
+    /// A v1 data page: level streams behind their lengths, or BIT_PACKED.
+    pub const V1: u32 = 1;
+    /// A v2 data page: level streams of the lengths the header gives.
+    pub const V2: u32 = 2;
+    /// v1: the repetition levels are BIT_PACKED.
+    pub const REP_BIT_PACKED: u32 = 4;
+    /// v1: the definition levels are BIT_PACKED.
+    pub const DEF_BIT_PACKED: u32 = 8;
+}
+
 /// Page types.
 pub(crate) mod page_type {
     /// DATA_PAGE (v1).
@@ -185,7 +198,7 @@ pub(crate) struct PageDesc {
     pub dict_count: u32,
     /// Value encoding.
     pub encoding: u32,
-    /// 0 none, 1 v1, 2 v2.
+    /// [`levels`] bits: the page version and its BIT_PACKED level streams.
     pub level_mode: u32,
     /// v2 definition level bytes.
     pub def_len: u32,
@@ -286,3 +299,19 @@ const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 128);
 const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
 const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<CopyDesc>() == 24);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn level_modes_match_the_cuda_source() {
+        let source = include_str!("../gpu/kernels/page_decode.cuh");
+        let define = |name: &str| -> u32 {
+            let line = source.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("no {name}"));
+            line.split_whitespace().nth(2).unwrap().trim_end_matches('u').parse().unwrap()
+        };
+        assert_eq!(define("LEVELS_V1"), super::levels::V1);
+        assert_eq!(define("LEVELS_V2"), super::levels::V2);
+        assert_eq!(define("LEVELS_REP_BIT_PACKED"), super::levels::REP_BIT_PACKED);
+        assert_eq!(define("LEVELS_DEF_BIT_PACKED"), super::levels::DEF_BIT_PACKED);
+    }
+}

@@ -22,7 +22,7 @@ use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::plan::ReadPlan;
 
 use super::decompress::Decompressed;
-use super::descriptors::{ColumnDesc, DictDesc, PageDesc, PageInfo, page_type};
+use super::descriptors::{ColumnDesc, DictDesc, PageDesc, PageInfo, levels, page_type};
 use super::pages::{PageTable, corrupt};
 use super::types::{ColumnRecipe, Family};
 use super::{ColumnRecipes, parquet_encoding, unsupported};
@@ -513,14 +513,15 @@ fn launch_grid(blocks: usize) -> Result<u32> {
     u32::try_from(blocks).map_err(|_| crate::error::Error::Internal(format!("{blocks} blocks in one launch")))
 }
 
-/// `PageDesc::level_mode` of a data page (page_decode.cuh `LEVELS_*`): the
-/// page version, and for v1 pages which level streams are BIT_PACKED.
+/// `PageDesc::level_mode` of a data page: the page version, and for v1
+/// pages which level streams are BIT_PACKED.
 fn level_mode(p: &PageInfo) -> u32 {
-    const BIT_PACKED: u32 = 4; // Parquet's Encoding::BIT_PACKED
     if p.page_type == page_type::DATA_V2 {
-        return 2;
+        return levels::V2;
     }
-    let rep = if p.rep_encoding == BIT_PACKED { 4 } else { 0 };
-    let def = if p.def_encoding == BIT_PACKED { 8 } else { 0 };
-    1 | rep | def
+    #[allow(deprecated)]
+    let bit_packed = |code| parquet_encoding(code) == Some(Encoding::BIT_PACKED);
+    let rep = if bit_packed(p.rep_encoding) { levels::REP_BIT_PACKED } else { 0 };
+    let def = if bit_packed(p.def_encoding) { levels::DEF_BIT_PACKED } else { 0 };
+    levels::V1 | rep | def
 }
