@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "intervals_match_arrow_rs", intervals_match_arrow_rs),
         gpu_trial(&device, "string_views_built_on_the_device", string_views_built_on_the_device),
         gpu_trial(&device, "bit_packed_levels_match_arrow_rs", bit_packed_levels_match_arrow_rs),
+        gpu_trial(&device, "plain_strings_of_every_length", plain_strings_of_every_length),
     ])
 }
 
@@ -698,4 +699,73 @@ fn bit_packed_levels_match_arrow_rs(_ctx: &Arc<GpuContext>) {
     assert!(data_pages > 1, "the list spans pages");
     let got = assert_same(&path, &ReadOptions::new());
     assert_eq!(got.num_rows(), rows);
+}
+
+/// PLAIN strings (dictionary off) whose lengths change every few batches:
+/// empty and one-to-three-byte values (more values than one window of the
+/// block-wide walk holds), values longer than the window, medium and mixed
+/// lengths (the walk switches between the block and thread 0), with nulls,
+/// in small and large pages, v1 and v2; and a dictionary of all of them that
+/// overflows into PLAIN pages (dictionary pages are indexed by the same
+/// walk). Then one value's length prefix is set past the page's end: both
+/// readers must refuse the file.
+fn plain_strings_of_every_length(_ctx: &Arc<GpuContext>) {
+    use arrow::array::{ArrayRef, StringArray};
+    let rows = 16_000usize;
+    let mut rng = Rng::new(11);
+    let values: StringArray = (0..rows)
+        .map(|i| {
+            let len = match (i / 1500) % 5 {
+                0 => rng.below(4) as usize,
+                1 => 1000 + rng.below(1500) as usize,
+                2 => rng.below(120) as usize,
+                3 => [0usize, 1, 2, 3, 700][rng.below(5) as usize],
+                _ => 30 + rng.below(40) as usize,
+            };
+            (i % 7 != 3).then(|| (0..len).map(|k| char::from(b'a' + ((i * 7 + k) % 26) as u8)).collect::<String>())
+        })
+        .collect();
+    let batch = RecordBatch::try_from_iter(vec![("s", Arc::new(values) as ArrayRef)]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (version, page, dictionary)) in [
+        (WriterVersion::PARQUET_1_0, 1 << 20, false),
+        (WriterVersion::PARQUET_2_0, 1 << 20, false),
+        (WriterVersion::PARQUET_1_0, 9_000, false),
+        (WriterVersion::PARQUET_2_0, 9_000, false),
+        (WriterVersion::PARQUET_1_0, 1 << 20, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("plain_{i}.parquet"));
+        let mut props = WriterProperties::builder().set_writer_version(version).set_dictionary_enabled(dictionary);
+        if !dictionary {
+            props = props.set_encoding(Encoding::PLAIN);
+        }
+        let props = props
+            .set_compression(Compression::UNCOMPRESSED)
+            .set_data_page_size_limit(page)
+            .set_write_batch_size(64)
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        assert_same(&path, &ReadOptions::new());
+    }
+    // A length prefix pointing past the page: a short value in the middle of
+    // the first run of short values (the block-wide walk finds it).
+    let path = dir.path().join("plain_0.parquet");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let target = batch.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+    let row = (700..1400).find(|&r| target.is_valid(r) && target.value(r).len() == 3).expect("a 3-byte value");
+    let needle: Vec<u8> = [&3u32.to_le_bytes()[..], target.value(row).as_bytes()].concat();
+    let start = 4 + bytes[4..].windows(needle.len()).position(|w| w == needle.as_slice()).expect("the value in the file");
+    bytes[start..start + 4].copy_from_slice(&0x00ff_ffffu32.to_le_bytes());
+    let bad = dir.path().join("plain_bad.parquet");
+    std::fs::write(&bad, &bytes).unwrap();
+    assert!(arrow_rs(&bad).is_err(), "arrow-rs reads the broken file");
+    match read_parquet_to_device(&bad, &ReadOptions::new()) {
+        Err(gpq::Error::CorruptPage { column, .. }) => assert_eq!(column, "s"),
+        other => panic!("expected a corrupt page, got {:?}", other.map(|t| t.num_rows())),
+    }
 }

@@ -275,8 +275,9 @@ pub(crate) fn decode_columns(
     let d_dicts = DeviceBuffer::from_host(stream, as_bytes(&dict_descs), "dictionary table")?;
     if !dict_descs.is_empty() {
         let mut args = KernelArgs::new().arg(d_dicts.ptr()).arg(dict_descs.len() as u32);
-        // SAFETY: arguments match gpq_dict_index; each entry table has room for `count` pairs.
-        unsafe { kernels.launch(Kernel::DictIndex, launch_grid(dict_descs.len().div_ceil(64))?, 64, 0, stream, &mut args)? };
+        // SAFETY: arguments match gpq_dict_index (one block per dictionary); each entry table has
+        // room for `count` pairs.
+        unsafe { kernels.launch(Kernel::DictIndex, launch_grid(dict_descs.len())?, BLOCK, 0, stream, &mut args)? };
     }
 
     // Page descriptors, split by kernel family.

@@ -1,8 +1,8 @@
 // BYTE_ARRAY columns (strings, binary, byte-array decimals), in three steps:
-//   gpq_dict_index   - one thread walks each dictionary page, recording every
+//   gpq_dict_index   - a block walks each dictionary page, recording every
 //                      entry's (offset, length);
 //   gpq_string_sizes - per page, validity and each row's length and source
-//                      (PLAIN: offset in the page, found by a sequential walk;
+//                      (PLAIN: offset in the page, found by a block-wide walk;
 //                      dictionary: the entry), plus the page's character total;
 //   gpq_string_chars - per page, offsets by block-wide prefix sums from the
 //                      page's first character (the host sums page totals), and
@@ -19,31 +19,113 @@ struct DictDesc {
   u32 pad;
 };
 
-extern "C" __global__ void gpq_dict_index(DictDesc* dicts, u32 num_dicts) {
-  u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= num_dicts) return;
-  DictDesc d = dicts[i];
-  const u8* p = (const u8*)d.data;
-  u32* out = (u32*)d.entries;
-  u64 pos = 0;
-  for (u32 e = 0; e < d.count; e++) {
-    if (pos + 4 > d.size) { dicts[i].status = GPQ_ERR_TRUNCATED_PAGE; return; }
-    u32 len = (u32)p[pos] | ((u32)p[pos + 1] << 8) | ((u32)p[pos + 2] << 16) | ((u32)p[pos + 3] << 24);
-    pos += 4;
-    if (len > d.size - pos) { dicts[i].status = GPQ_ERR_TRUNCATED_PAGE; return; }
-    out[2 * e] = (u32)pos;
-    out[2 * e + 1] = len;
-    pos += len;
+// The PLAIN walk. Each value is a u32 length and its bytes, so where a value
+// starts is known only once the one before it has been read: a chain. Walked
+// by one thread, short strings (TPC-H's flags: 5 bytes a value) leave the
+// block idle for most of the page. The block instead takes a window of
+// WALK_WINDOW bytes at a time and treats every byte as a candidate start:
+// jump[0][c] is where the value starting at c would end (the next start),
+// jump[k] the 2^k-th next start, built by pointer doubling; thread r then
+// finds the r-th value of the window in WALK_LEVELS lookups. Values longer
+// than WALK_SERIAL_BYTES on average make windows of few values, and those
+// batches are walked by thread 0 as before.
+#define WALK_WINDOW 1024
+#define WALK_LEVELS 7                     // at most 2^7 values per window
+#define WALK_SERIAL_BYTES 256
+#define WALK_OUT WALK_WINDOW              // the next start lies past the window
+#define WALK_BAD (WALK_WINDOW + 1)        // no value can start here: it would run past the stream
+
+// Scratch of the block-wide walk (17 KB of shared memory).
+struct PlainWalk {
+  u16 jump[WALK_LEVELS][WALK_WINDOW];
+  u8 bytes[WALK_WINDOW + 4];              // the window, zero past the stream's end
+};
+static_assert((1u << WALK_LEVELS) <= GPQ_BLOCK, "one thread per value of a window");
+
+GPQ_DEVICE u32 le32_at(const u8* b) { return (u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24); }
+
+// Finds the next `count` PLAIN values from byte *cursor (shared memory) of
+// the stream v[0, n) and records value j's start (`base` + offset) and
+// length at src[j * stride] and len[j * stride]; advances *cursor. All
+// threads call it with the same arguments and get the same result: 0, or
+// GPQ_ERR_TRUNCATED_PAGE where a value runs past the stream (as a
+// sequential walk reports).
+GPQ_DEVICE u32 plain_walk_block(PlainWalk& w, u32* cursor, const u8* v, u32 n, u32 base, u32 count, u32* src,
+                                u32* len, u32 stride) {
+  u32 found = 0;
+  while (found < count) {
+    const u32 pos = *cursor;   // moved before the last barrier
+    for (u32 i = threadIdx.x; i < WALK_WINDOW + 4; i += blockDim.x) {
+      u64 a = (u64)pos + i;
+      w.bytes[i] = a < n ? v[a] : 0;
+    }
+    __syncthreads();
+    for (u32 c = threadIdx.x; c < WALK_WINDOW; c += blockDim.x) {
+      u64 a = (u64)pos + c;
+      u16 j = WALK_BAD;
+      if (a + 4 <= n) {
+        u64 next = a + 4 + le32_at(&w.bytes[c]);
+        if (next <= n) j = next - pos < WALK_WINDOW ? (u16)(next - pos) : (u16)WALK_OUT;
+      }
+      w.jump[0][c] = j;
+    }
+    __syncthreads();
+    for (u32 k = 1; k < WALK_LEVELS; k++) {
+      for (u32 c = threadIdx.x; c < WALK_WINDOW; c += blockDim.x) {
+        u16 j = w.jump[k - 1][c];
+        w.jump[k][c] = j < WALK_WINDOW ? w.jump[k - 1][j] : j;
+      }
+      __syncthreads();
+    }
+    // Value r of the window (the first, r = 0, starts at the window's start).
+    const u32 r = threadIdx.x;
+    u32 node = 0;
+    for (u32 k = 0; k < WALK_LEVELS; k++) {
+      if (((r >> k) & 1) && node < WALK_WINDOW) node = w.jump[k][node];
+    }
+    const bool member = r < (1u << WALK_LEVELS) && node < WALK_WINDOW;
+    const u32 members = __syncthreads_count(member);   // values 0 .. members - 1; at least 1
+    const u32 take = min(members, count - found);
+    bool bad = false;
+    if (r < take) {
+      if (w.jump[0][node] == WALK_BAD) {
+        bad = true;
+      } else {
+        u32 length = le32_at(&w.bytes[node]);
+        src[(u64)(found + r) * stride] = base + pos + node + 4;
+        len[(u64)(found + r) * stride] = length;
+        if (r == take - 1) *cursor = pos + node + 4 + length;
+      }
+    }
+    if (__syncthreads_or(bad)) return GPQ_ERR_TRUNCATED_PAGE;
+    found += take;
   }
+  return 0;
+}
+
+// One block per dictionary page.
+extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_dict_index(DictDesc* dicts, u32 num_dicts) {
+  __shared__ PlainWalk w;
+  __shared__ u32 cursor;
+  if (blockIdx.x >= num_dicts) return;
+  const DictDesc d = dicts[blockIdx.x];
+  if (threadIdx.x == 0) cursor = 0;
+  __syncthreads();
+  u32* out = (u32*)d.entries;
+  u32 err = plain_walk_block(w, &cursor, (const u8*)d.data, d.size, 0, d.count, out, out + 1, 2);
+  if (threadIdx.x == 0 && err) dicts[blockIdx.x].status = err;
 }
 
 struct StringPageState {
   PageState base;
   u32 plain_pos;                 // byte offset of the next PLAIN value in the value stream
+  u32 long_values;               // the last batch's PLAIN values averaged over WALK_SERIAL_BYTES bytes
   u32 src[GPQ_BATCH];            // per value of the batch: offset from the page start
   u32 len[GPQ_BATCH];
   unsigned long long total;
 };
+static_assert(sizeof(PlainWalk) <= sizeof(HybridRun) * (GPQ_BATCH + 1), "PlainWalk must fit in HybridStream::runs");
+
 
 extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDesc* pages, const ColumnDesc* columns,
                                                                           unsigned long long* page_chars) {
@@ -54,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
   // DELTA pages are gpq_delta_string_sizes' (the whole block returns).
   if (pg.encoding == ENC_DELTA_LENGTH_BYTE_ARRAY || pg.encoding == ENC_DELTA_BYTE_ARRAY) return;
   start_page(st, pg, col);
-  if (threadIdx.x == 0) { ss.plain_pos = 0; ss.total = 0; }
+  if (threadIdx.x == 0) { ss.plain_pos = 0; ss.long_values = 0; ss.total = 0; }
   __syncthreads();
   const u32 values_start = (u32)(st.streams.values - (const u8*)pg.data);
   const u32* entries = (const u32*)pg.dict;
@@ -72,18 +154,27 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
     // st.error for the barrier's predicate (and the compiler may load it for
     // them at the `if`), so no plain write to it may precede the barrier.
     u32 fill_err = 0;
-    if (threadIdx.x == 0 && st.error == 0 && nvals > 0) {
+    // nvals, the stream kind and ss.long_values (which thread 0 sets only
+    // after the next barrier) are the same in every thread.
+    const bool block_walk = !st.streams.dictionary && nvals > 0 && !ss.long_values;
+    const u32 walk_from = threadIdx.x == 0 ? ss.plain_pos : 0;
+    if (block_walk) {
+      // The walk's scratch lives on the dictionary-index runs, unused on PLAIN pages.
+      PlainWalk& w = *reinterpret_cast<PlainWalk*>(st.idx.runs);
+      fill_err = plain_walk_block(w, &ss.plain_pos, st.streams.values, st.streams.values_len, values_start, nvals,
+                                  ss.src, ss.len, 1);
+    } else if (threadIdx.x == 0 && st.error == 0 && nvals > 0) {
       if (st.streams.dictionary) {
         hybrid_fill(st.idx, value_base, value_base + nvals);
         fill_err = st.idx.error;
       } else {
-        // The PLAIN walk: each value is a u32 length and its bytes.
+        // The sequential PLAIN walk, for long values.
         u32 pos = ss.plain_pos;
         const u8* v = st.streams.values;
         const u32 n = st.streams.values_len;
         for (u32 j = 0; j < nvals; j++) {
           if (n < 4 || pos > n - 4) { fill_err = GPQ_ERR_TRUNCATED_PAGE; break; }
-          u32 len = (u32)v[pos] | ((u32)v[pos + 1] << 8) | ((u32)v[pos + 2] << 16) | ((u32)v[pos + 3] << 24);
+          u32 len = le32_at(v + pos);
           pos += 4;
           if (len > n - pos) { fill_err = GPQ_ERR_TRUNCATED_PAGE; break; }
           ss.src[j] = values_start + pos;
@@ -94,6 +185,9 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
       }
     }
     if (stop_at_barrier(&st.error, fill_err)) break;
+    if (threadIdx.x == 0 && !st.streams.dictionary && nvals > 0) {
+      ss.long_values = ss.plain_pos - walk_from > WALK_SERIAL_BYTES * nvals;
+    }
     unsigned long long mine = 0;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
