@@ -25,6 +25,7 @@ mkdir -p "$stage/bin" "$stage/lib"
 echo "== building release binaries"
 cargo build --release -p gpq-cli
 cargo build --release -p gpq-fuzz
+cargo build --release -p gpq --bin gpq-nvcomp-worker
 # DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
 # tests, the CLI and the fuzzer), skipping the DataFusion test binary.
 bundles=${DEVICE_BUNDLES:-core,df}
@@ -42,6 +43,8 @@ copy() { # copy and strip an executable into .device/bin under a stable name
 }
 copy target/release/gpq gpq
 copy target/release/gpq-fuzz gpq-fuzz  # the fuzzer and its driver (run.sh stage fuzz)
+# nvCOMP's worker process (ZSTD/GZIP pages), found beside the binaries that start it.
+copy target/release/gpq-nvcomp-worker gpq-nvcomp-worker
 cp scripts/fuzz/fuzz.py "$stage/bin/fuzz.py"
 python3 - "$stage/test.json" "$stage/bench.json" <<'PY' > "$stage/executables.txt"
 import json, sys
@@ -99,15 +102,15 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
 }
 # (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
 in_bundle() { awk -v b="$1" '$4 == b { print "bin/" $1 "-" $2 }' "$stage/executables.txt" | grep -v -- '-mutations$' || true; }
-core=(bin/gpq bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
+core=(bin/gpq bin/gpq-nvcomp-worker bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
 bundle core "${core[@]}"
 # The DataFusion crate's test binaries are ~120 MB each (stripped): the df
 # bundle carries the TPC-H one (22 queries, GPU backend); the others
 # (DEVICE_DF_TESTS, e.g. "changed_files gpu_context_lost") go in a df2 bundle.
 if [ "$bundles" != core ]; then
-  bundle df bin/gpq bin/test-tpch lib
+  bundle df bin/gpq bin/gpq-nvcomp-worker bin/test-tpch lib
   df2=(); for t in ${DEVICE_DF_TESTS:-}; do df2+=(bin/test-$t); done
-  if [ ${#df2[@]} -gt 0 ]; then bundle df2 "${df2[@]}" lib; fi
+  if [ ${#df2[@]} -gt 0 ]; then bundle df2 bin/gpq-nvcomp-worker "${df2[@]}" lib; fi
 fi
 rm -rf "$stage/bin" "$stage/lib" "$stage/data"
 echo

@@ -69,3 +69,8 @@ pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, ReadOptions
 pub use plan::{Footer, ReadPlan, read_footer, read_footer_with_page_index};
 pub use reader::{can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer};
 pub use stats::{DecompressStats, IoStats, ReadStats};
+
+/// The main loop of the `gpq-nvcomp-worker` process the library starts to
+/// run nvCOMP in isolation; not for other use.
+#[doc(hidden)]
+pub use decode::isolated::worker_main as nvcomp_worker_main;

@@ -101,6 +101,10 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
     can_decode(&plan)?;
     let plan_time = t0.elapsed();
     let ctx = GpuContext::get(options.device)?;
+    if crate::decode::needs_nvcomp_worker(&plan, options) {
+        // Started while the chunks are read, ready when their pages are.
+        crate::decode::isolated::prestart(&ctx);
+    }
     let stream = read_stream(&ctx, path, options)?;
     let footer = Footer { file_size: plan.file_size(), metadata: plan.metadata().clone() };
     match read_on(plan, plan_time, t0, &stream, options).map_err(|e| after_failure(&ctx, &stream, e)) {

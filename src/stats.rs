@@ -54,6 +54,9 @@ pub struct DecompressStats {
     /// Pages the device's structural check kept from nvCOMP (they went to
     /// the CPU decoder instead).
     pub check_rejected: usize,
+    /// Of `gpu_pages`, those nvCOMP decompressed in the worker process
+    /// (pages no device check vouches for: ZSTD, GZIP).
+    pub isolated_pages: usize,
 }
 
 impl DecompressStats {

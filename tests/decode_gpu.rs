@@ -87,11 +87,29 @@ fn nvcomp_expected(ctx: &GpuContext) -> bool {
     }
 }
 
+/// Whether ZSTD and GZIP pages should go to nvCOMP in the worker process:
+/// where nvCOMP is expected and the worker is found (the device scripts
+/// stage it; with GPQ_REQUIRE_NVCOMP=1 it must be there).
+fn worker_expected(ctx: &GpuContext) -> bool {
+    if !nvcomp_expected(ctx) {
+        return false;
+    }
+    match gpq::decode::nvcomp_worker_path() {
+        Ok(_) => true,
+        Err(e) if std::env::var("GPQ_REQUIRE_NVCOMP").is_ok_and(|v| v == "1") => panic!("GPQ_REQUIRE_NVCOMP=1 but {e}"),
+        Err(e) => {
+            eprintln!("NOTE: {e}; ZSTD and GZIP pages go to the CPU");
+            false
+        }
+    }
+}
+
 /// Asserts which decompressor handled a file of `codec` by default. ZSTD
 /// and GZIP pages cannot be checked completely on the device, so they go to
-/// the CPU unless the input is trusted.
+/// nvCOMP in the worker process, or to the CPU where there is none.
 fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::DecompressStats) {
     let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::LZ4_RAW);
+    let isolated_codec = matches!(codec, Compression::ZSTD(_) | Compression::GZIP(_));
     match codec {
         Compression::UNCOMPRESSED => {
             assert_eq!((stats.gpu_pages, stats.cpu_pages), (0, 0), "{codec:?}: {stats:?}");
@@ -102,6 +120,13 @@ fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::Decom
             assert_eq!(stats.cpu_pages, 0, "{codec:?}: {stats:?}");
             assert!(stats.fallback.is_none(), "{codec:?}: {stats:?}");
             assert_eq!(stats.check_rejected, 0, "{codec:?}: the device check rejected pages of a valid file: {stats:?}");
+            assert_eq!(stats.isolated_pages, 0, "{codec:?}: checked pages went to the worker: {stats:?}");
+        }
+        _ if isolated_codec && worker_expected(ctx) => {
+            assert!(stats.gpu_pages > 0, "{codec:?}: nothing went to nvCOMP: {stats:?}");
+            assert_eq!(stats.isolated_pages, stats.gpu_pages, "{codec:?}: not all in the worker: {stats:?}");
+            assert_eq!(stats.cpu_pages, 0, "{codec:?}: {stats:?}");
+            assert!(stats.fallback.is_none(), "{codec:?}: {stats:?}");
         }
         _ => {
             assert!(stats.cpu_pages > 0, "{codec:?}: nothing decompressed on the CPU: {stats:?}");
@@ -400,7 +425,7 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
         }
         // Forcing nvCOMP where it cannot serve (or not safely) is an error, not a silent fallback.
         let forced = read_parquet_to_device(&path, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp));
-        let nvcomp_codec = matches!(codec, Compression::SNAPPY);
+        let nvcomp_codec = matches!(codec, Compression::SNAPPY) || (matches!(codec, Compression::ZSTD(_)) && worker_expected(ctx));
         match forced {
             Ok(t) if nvcomp_codec && nvcomp_expected(ctx) => assert_eq!(t.stats().decompression.cpu_pages, 0),
             Ok(t) => panic!("{codec:?}: nvCOMP forced, but {:?}", t.stats().decompression),

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "regressions_are_quick_typed_errors", regressions_are_quick_typed_errors),
         gpu_trial(&device, "memory_budget_is_enforced", memory_budget_is_enforced),
         gpu_trial(&device, "failed_read_returns_its_memory", failed_read_returns_its_memory),
+        gpu_trial(&device, "zstd_hang_costs_only_the_worker", zstd_hang_costs_only_the_worker),
     ];
     if std::env::var("GPQ_TEST_CONTEXT_LOSS").is_ok_and(|v| v == "1") && matches!(device, Device::Gpu(_)) {
         trials.push(gpu_trial(&device, "lost_context_is_reset_and_the_next_read_works", lost_context_is_reset));
@@ -316,5 +317,40 @@ fn lost_context_is_reset(_ctx: &Arc<GpuContext>) {
         eprintln!("next read after an unrecovered loss: {:?} in {:?}", next.as_ref().err().map(|e| e.to_string()), t.elapsed());
         assert!(next.is_err_and(|e| e.is_context_lost()), "a read after an unrecoverable loss must fail as such");
         assert!(t.elapsed() < Duration::from_secs(2));
+    }
+}
+
+/// ZSTD pages go to nvCOMP in the worker process. A corrupt one that makes
+/// nvCOMP spin for ever (`zstd-hang.parquet`) costs the worker, not this
+/// process: the read is a typed error (the CPU decoder's verdict) within the
+/// second, and the next ZSTD file is decompressed by a new worker, right.
+fn zstd_hang_costs_only_the_worker(ctx: &Arc<GpuContext>) {
+    if ctx.is_emulated() || gpq::decode::nvcomp_version().is_err() {
+        eprintln!("SKIPPED: no nvCOMP here, so no worker");
+        return;
+    }
+    if let Err(e) = gpq::decode::nvcomp_worker_path() {
+        assert!(std::env::var("GPQ_REQUIRE_NVCOMP").map_or(true, |v| v != "1"), "GPQ_REQUIRE_NVCOMP=1 but {e}");
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_sample(&dir.path().join("good-zstd.parquet"), 3000, 1000, Compression::ZSTD(ZstdLevel::default()));
+    let expected = arrow_rs(&good).unwrap();
+    let read = |what: &str| {
+        let t = read_parquet_to_device(&good, &ReadOptions::new()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_batches_equal(what, &expected, &t.to_record_batch().unwrap());
+        let d = t.stats().decompression.clone();
+        assert!(d.isolated_pages > 0 && d.cpu_pages == 0, "{what}: not decompressed by the worker: {d:?}");
+    };
+    read("before the hang");
+    for _ in 0..2 {
+        let t = Instant::now();
+        let e = read_parquet_to_device(testdata().join("regressions").join("zstd-hang.parquet"), &ReadOptions::new()).unwrap_err();
+        let took = t.elapsed();
+        eprintln!("zstd-hang.parquet: {} in {:.0} ms: {e}", e.kind(), took.as_secs_f64() * 1e3);
+        assert!(e.is_bad_input() && !e.is_context_lost(), "{e}");
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        read("after the hang");
     }
 }

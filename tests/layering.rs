@@ -40,12 +40,13 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The top-level module a source file belongs to (`None` for the crate root).
+/// The top-level module a source file belongs to (`None` for the crate root
+/// and for binaries in `src/bin`, which are crate roots of their own).
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel.components().next()?.as_os_str().to_string_lossy().into_owned();
     let name = first.trim_end_matches(".rs").to_string();
-    (name != "lib" && name != "main").then_some(name)
+    (name != "lib" && name != "main" && name != "bin").then_some(name)
 }
 
 /// Every `crate::<module>` a file names outside comments.

@@ -32,6 +32,7 @@ use parquet::basic::Compression;
 use tracing::{info, warn};
 
 use super::descriptors::{CopyDesc, page_type};
+use super::isolated;
 use super::nvcomp::{self, Codec};
 use super::pages::{PageTable, corrupt};
 use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
@@ -178,12 +179,18 @@ pub(crate) fn decompress(
         nvcomp::nvcomp().map_err(|e| e.to_string())
     };
     let mut gpu: BTreeMap<Codec, Vec<&Job>> = BTreeMap::new();
+    let mut isolated_jobs: BTreeMap<Codec, Vec<&Job>> = BTreeMap::new();
     let mut cpu: Vec<&Job> = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
+    let worker = if check_pages { isolated::worker_path().map(|_| ()) } else { Ok(()) };
     for j in &jobs {
         match (&lib, Codec::for_parquet(j.codec)) {
+            (Ok(l), Some(c @ (Codec::Gzip | Codec::Zstd))) if check_pages && worker.is_ok() && l.supports(c) => {
+                isolated_jobs.entry(c).or_default().push(j);
+            }
             (Ok(_), Some(c @ (Codec::Gzip | Codec::Zstd))) if check_pages => {
-                let why = format!("{c:?} pages cannot be checked completely on the device yet, so nvCOMP does not get them");
+                let no_worker = worker.as_ref().err().map_or(String::new(), |w| format!(" and {w}"));
+                let why = format!("{c:?} pages cannot be checked completely on the device{no_worker}, so nvCOMP does not get them");
                 if mode == DecompressMode::Nvcomp {
                     return Err(Error::Nvcomp(why));
                 }
@@ -340,6 +347,23 @@ pub(crate) fn decompress(
             }
         }
     }
+    // Pages no device check vouches for: nvCOMP in the worker process; any
+    // failure there sends the whole batch to the CPU decoder.
+    let gpu_retries = retry.len();
+    for (codec, list) in isolated_jobs {
+        match decompress_isolated(stream, &kernels, &buffer, codec, &list) {
+            Ok(version) => {
+                stats.gpu_pages += list.len();
+                stats.isolated_pages += list.len();
+                stats.nvcomp_version.get_or_insert(version);
+            }
+            Err(e) => {
+                warn!(pages = list.len(), error = %e, "nvCOMP worker failed; decompressing its pages on the CPU");
+                gpu_errors.push(e);
+                retry.extend(list);
+            }
+        }
+    }
     if !retry.is_empty() {
         warn!(pages = retry.len(), first = %gpu_errors[0], "nvCOMP rejected pages; retrying them on the CPU");
         cpu_decompress(plan, table, raw, &buffer, &retry, stream, WriteBack::PerPage).map_err(|e| match e {
@@ -348,7 +372,7 @@ pub(crate) fn decompress(
             }
             other => other,
         })?;
-        stats.gpu_pages -= retry.len();
+        stats.gpu_pages -= gpu_retries;
         stats.cpu_pages += retry.len();
         stats.fallback.get_or_insert_with(|| format!("nvCOMP rejected {} pages: {}", retry.len(), gpu_errors[0]));
     }
@@ -356,6 +380,51 @@ pub(crate) fn decompress(
         info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
     }
     Ok(Decompressed { pages, _buffer: buffer, stats, source })
+}
+
+/// Decompresses `list` (pages of one codec) with nvCOMP in the worker
+/// process, through its exchange buffer, into their slots of `out`. Returns
+/// the worker's nvCOMP version, or why it could not (then no slot of `out`
+/// has been written).
+fn decompress_isolated(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    out: &DeviceBuffer,
+    codec: Codec,
+    list: &[&Job],
+) -> std::result::Result<String, String> {
+    let align = |x: u64| x.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+    let mut slots: Vec<isolated::Slot> = Vec::with_capacity(list.len());
+    let mut at = 0u64;
+    for j in list {
+        slots.push(isolated::Slot { input: at, input_len: j.input_len as u64, output: 0, output_len: j.out_len as u64 });
+        at = align(at + j.input_len as u64);
+    }
+    for s in &mut slots {
+        s.output = at;
+        at = align(at + s.output_len);
+    }
+    let mut lease = isolated::Lease::acquire(stream.context(), at)?;
+    let base = lease.base();
+    let (mut keep, mut hold) = (Vec::new(), Vec::new());
+    let copy = |copies: Vec<CopyDesc>, keep: &mut Vec<DeviceBuffer>, hold: &mut Vec<Vec<u8>>| {
+        batched_copy(stream, kernels, &copies, keep, hold).and_then(|_| stream.synchronize()).map_err(|e| e.to_string())
+    };
+    let copies_in = list.iter().zip(&slots).map(|(j, s)| CopyDesc { src: j.input, dst: base + s.input, len: s.input_len }).collect();
+    copy(copies_in, &mut keep, &mut hold)?;
+    let output_bytes = slots.iter().map(|s| s.output_len).sum();
+    let answer = lease.run(codec, &slots, isolated::deadline(output_bytes))?;
+    if let Some(k) = (0..slots.len()).find(|&k| answer.sizes[k] != slots[k].output_len) {
+        lease.abandon();
+        return Err(format!(
+            "nvCOMP {codec:?} in the worker decompressed a page to {} bytes, its header says {}",
+            answer.sizes[k], slots[k].output_len
+        ));
+    }
+    let copies_out =
+        list.iter().zip(&slots).map(|(j, s)| CopyDesc { src: base + s.output, dst: out.ptr() + j.out_offset, len: s.output_len }).collect();
+    copy(copies_out, &mut keep, &mut hold)?;
+    Ok(lease.version())
 }
 
 /// Fails when a chunk's pages promise more uncompressed bytes than the

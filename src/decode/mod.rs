@@ -30,6 +30,7 @@ pub(crate) mod checksums;
 pub(crate) mod cpu_codecs;
 pub(crate) mod decompress;
 pub(crate) mod descriptors;
+pub(crate) mod isolated;
 pub(crate) mod nesting;
 pub(crate) mod nvcomp;
 pub(crate) mod pages;
@@ -422,4 +423,22 @@ pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompres
 /// loaded from, or why nvCOMP is not used (not found, wrong major version). Loads nvCOMP on first call.
 pub fn nvcomp_version() -> std::result::Result<String, String> {
     nvcomp::nvcomp().map(|n| format!("{} ({})", n.version, n.path))
+}
+
+/// Where the `gpq-nvcomp-worker` executable is, which runs nvCOMP in a
+/// process of its own for pages no device check can vouch for (ZSTD, GZIP),
+/// or why there is none (then those pages are decompressed on the CPU). It is
+/// looked for at `$GPQ_NVCOMP_WORKER` (`off` turns it off), else beside the
+/// running executable or in its parent folder.
+pub fn nvcomp_worker_path() -> std::result::Result<std::path::PathBuf, String> {
+    isolated::worker_path()
+}
+
+/// Whether reading `plan` with `options` sends pages to the nvCOMP worker:
+/// ZSTD or GZIP chunks, page checks on, nvCOMP allowed.
+pub(crate) fn needs_nvcomp_worker(plan: &ReadPlan, options: &ReadOptions) -> bool {
+    use parquet::basic::Compression;
+    !options.skip_compressed_page_checks
+        && options.decompress != crate::options::DecompressMode::Cpu
+        && plan.chunks.iter().any(|c| matches!(c.codec, Compression::ZSTD(_) | Compression::GZIP(_)))
 }
