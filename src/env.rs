@@ -15,6 +15,8 @@
 //! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
 //! | `GPQ_PINNED_HOST_BYTES` | most bytes of page-locked host slabs per device (`0`: none) | a quarter of host memory, at most 16 GiB |
 //! | `GPQ_NVCOMP_DEADLINE_S` | seconds nvCOMP may run before its kernels count as hung (plus 1 s per GB of output) | 1 |
+//! | `GPQ_NVCOMP_WORKER` | path of the `gpq-nvcomp-worker` executable that runs nvCOMP on unchecked (ZSTD, GZIP) pages in a process of its own; `off` turns it off | beside the running executable or in its parent folder |
+//! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
 //!
 //! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
@@ -154,4 +156,18 @@ pub(crate) fn emulate() -> bool {
 /// (`CUFILE_ENV_PATH_JSON`); then gpq leaves cuFile's settings alone.
 pub(crate) fn cufile_config_chosen() -> bool {
     std::env::var_os("CUFILE_ENV_PATH_JSON").is_some()
+}
+
+/// `GPQ_NVCOMP_WORKER`: where the nvCOMP worker executable is, or `off`.
+pub(crate) fn nvcomp_worker() -> Option<String> {
+    var("GPQ_NVCOMP_WORKER")
+}
+
+/// `GPQ_NVCOMP_WORKER_DEADLINE_MS`, else `GPQ_NVCOMP_DEADLINE_S` where set:
+/// the fixed part of the worker's deadline; `None` for the default.
+pub(crate) fn nvcomp_worker_deadline_base() -> Option<std::time::Duration> {
+    if let Some(ms) = var("GPQ_NVCOMP_WORKER_DEADLINE_MS").and_then(|v| v.trim().parse::<u64>().ok()) {
+        return Some(std::time::Duration::from_millis(ms.max(1)));
+    }
+    var("GPQ_NVCOMP_DEADLINE_S").map(|_| nvcomp_deadline_base())
 }

@@ -96,9 +96,8 @@ fn clients() -> &'static Mutex<HashMap<usize, Client>> {
 pub(crate) fn worker_path() -> std::result::Result<PathBuf, String> {
     static PATH: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| {
-        if let Some(v) = std::env::var_os("GPQ_NVCOMP_WORKER").filter(|v| !v.is_empty()) {
-            let s = v.to_string_lossy().trim().to_ascii_lowercase();
-            if matches!(s.as_str(), "off" | "0" | "false" | "no") {
+        if let Some(v) = crate::env::nvcomp_worker() {
+            if matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false" | "no") {
                 return Err("the nvCOMP worker is turned off (GPQ_NVCOMP_WORKER)".into());
             }
             let p = PathBuf::from(v);
@@ -122,13 +121,7 @@ pub(crate) fn worker_path() -> std::result::Result<PathBuf, String> {
 /// the worker too), else 250 ms (a healthy batch of a few megabytes takes
 /// milliseconds once the worker has warmed up).
 fn deadline_base() -> Duration {
-    if let Some(ms) = std::env::var("GPQ_NVCOMP_WORKER_DEADLINE_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-        return Duration::from_millis(ms.max(1));
-    }
-    if std::env::var_os("GPQ_NVCOMP_DEADLINE_S").is_some() {
-        return crate::env::nvcomp_deadline_base();
-    }
-    Duration::from_millis(250)
+    crate::env::nvcomp_worker_deadline_base().unwrap_or(Duration::from_millis(250))
 }
 
 /// How long a new worker may take to set up CUDA and nvCOMP and warm up.

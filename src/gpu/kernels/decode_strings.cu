@@ -157,12 +157,16 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
     // nvals, the stream kind and ss.long_values (which thread 0 sets only
     // after the next barrier) are the same in every thread.
     const bool block_walk = !st.streams.dictionary && nvals > 0 && !ss.long_values;
-    const u32 walk_from = threadIdx.x == 0 ? ss.plain_pos : 0;
+    bool long_values = false;   // thread 0's verdict on this batch, stored after the barrier
     if (block_walk) {
+      // No thread writes the cursor before the walk's first barrier.
+      const u32 from = ss.plain_pos;
       // The walk's scratch lives on the dictionary-index runs, unused on PLAIN pages.
       PlainWalk& w = *reinterpret_cast<PlainWalk*>(st.idx.runs);
       fill_err = plain_walk_block(w, &ss.plain_pos, st.streams.values, st.streams.values_len, values_start, nvals,
                                   ss.src, ss.len, 1);
+      // The walk's last write to the cursor precedes its last barrier.
+      if (threadIdx.x == 0) long_values = ss.plain_pos - from > WALK_SERIAL_BYTES * nvals;
     } else if (threadIdx.x == 0 && st.error == 0 && nvals > 0) {
       if (st.streams.dictionary) {
         hybrid_fill(st.idx, value_base, value_base + nvals);
@@ -181,13 +185,12 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
           ss.len[j] = len;
           pos += len;
         }
+        long_values = pos - ss.plain_pos > WALK_SERIAL_BYTES * nvals;
         ss.plain_pos = pos;
       }
     }
     if (stop_at_barrier(&st.error, fill_err)) break;
-    if (threadIdx.x == 0 && !st.streams.dictionary && nvals > 0) {
-      ss.long_values = ss.plain_pos - walk_from > WALK_SERIAL_BYTES * nvals;
-    }
+    if (threadIdx.x == 0 && !st.streams.dictionary && nvals > 0) ss.long_values = long_values;
     unsigned long long mine = 0;
     for (u32 k = 0; k < GPQ_PER_THREAD; k++) {
       u32 r = lo + k * blockDim.x + threadIdx.x;
