@@ -207,11 +207,12 @@ pub struct ReadOptions {
     /// can justify, which every read checks).
     pub device_memory_limit: Option<u64>,
     /// Trust the compressed pages: hand SNAPPY and LZ4_RAW pages to nvCOMP
-    /// without the device's structural check, and give it the ZSTD and
-    /// GZIP pages that otherwise decompress on the CPU (gpq cannot check
-    /// those completely on the device yet). Fastest, and only for input you
-    /// trust: on corrupt data nvCOMP reads out of bounds (the CUDA context is
-    /// lost for the rest of the process) or never finishes. Default `false`.
+    /// without the device's structural check, and decompress the ZSTD and
+    /// GZIP pages (which gpq cannot check on the device) with nvCOMP in this
+    /// process instead of in the isolated worker process (or on the CPU where
+    /// there is no worker). Fastest, and only for input you trust: on corrupt
+    /// data nvCOMP reads out of bounds (the CUDA context is lost for the rest
+    /// of the process) or never finishes. Default `false`.
     pub skip_compressed_page_checks: bool,
     /// Verify the CRC-32 that writers may put in page headers, on the
     /// device, before decompression; a page that disagrees fails the read

@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "memory_budget_is_enforced", memory_budget_is_enforced),
         gpu_trial(&device, "failed_read_returns_its_memory", failed_read_returns_its_memory),
         gpu_trial(&device, "zstd_hang_costs_only_the_worker", zstd_hang_costs_only_the_worker),
+        gpu_trial(&device, "gzip_trailer_mismatch_is_an_error", gzip_trailer_mismatch_is_an_error),
     ];
     if std::env::var("GPQ_TEST_CONTEXT_LOSS").is_ok_and(|v| v == "1") && matches!(device, Device::Gpu(_)) {
         trials.push(gpu_trial(&device, "lost_context_is_reset_and_the_next_read_works", lost_context_is_reset));
@@ -352,5 +353,47 @@ fn zstd_hang_costs_only_the_worker(ctx: &Arc<GpuContext>) {
         assert!(e.is_bad_input() && !e.is_context_lost(), "{e}");
         assert!(took < Duration::from_secs(1), "took {took:?}");
         read("after the hang");
+    }
+}
+
+/// A GZIP page stored (deflate level 0) with one byte of its payload
+/// changed: every inflater decodes it without complaint, only the gzip
+/// trailer's CRC-32 tells (arrow-rs: "corrupt gzip stream does not have a
+/// matching checksum"). nvCOMP does not check the trailer, so gpq does, on
+/// the device, after the worker decompresses: the read is a typed error, not
+/// a wrong value. (The fuzzer found 179 such files on the H200 before the
+/// check, 2026-12-01; `testdata/regressions/gzip-crc-mismatch.parquet` is
+/// this file, kept with GPQ_REGRESSION_OUT=testdata/regressions.)
+fn gzip_trailer_mismatch_is_an_error(_ctx: &Arc<GpuContext>) {
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+    use parquet::basic::GzipLevel;
+    use parquet::file::properties::WriterProperties;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gzip-stored.parquet");
+    let values: Int64Array = (0..1000i64).map(|i| i * 1_000_003 + 7).collect();
+    let batch = RecordBatch::try_from_iter(vec![("v", Arc::new(values) as ArrayRef)]).unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::GZIP(GzipLevel::try_new(0).unwrap()))
+        .set_dictionary_enabled(false)
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    assert!(arrow_rs(&path).is_ok());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let needle = (500i64 * 1_000_003 + 7).to_le_bytes();
+    let at = bytes.windows(8).position(|w| w == needle).expect("a stored deflate block holds the value verbatim");
+    bytes[at] ^= 0x5a;
+    let bad = dir.path().join("gzip-crc-mismatch.parquet");
+    std::fs::write(&bad, &bytes).unwrap();
+    if let Some(out) = std::env::var_os("GPQ_REGRESSION_OUT") {
+        std::fs::copy(&bad, Path::new(&out).join("gzip-crc-mismatch.parquet")).unwrap();
+    }
+    let arrow_error = arrow_rs(&bad).expect_err("arrow-rs reads the changed page");
+    assert!(arrow_error.to_string().contains("checksum"), "{arrow_error}");
+    match read_parquet_to_device(&bad, &ReadOptions::new()) {
+        Err(e @ Error::CorruptPage { .. }) => eprintln!("gzip-crc-mismatch.parquet: {e}"),
+        Err(e) => panic!("expected a corrupt page, got {e}"),
+        Ok(t) => panic!("gpq read the changed page as good values: {:?}", t.stats().decompression),
     }
 }

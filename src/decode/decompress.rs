@@ -16,9 +16,11 @@
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
 //! to the CPU decoder, whose verdict stands. ZSTD and GZIP pages cannot be
-//! checked completely on the device yet (the ZSTD check covers headers and
+//! checked completely on the device (the ZSTD check covers headers and
 //! sizes, not the entropy-coded payload, where a corrupt page made nvCOMP
-//! loop for ever), so they go to the CPU unless the caller trusts the input
+//! loop for ever), so they go to nvCOMP in a worker process (`isolated`),
+//! where a fault or a hang costs only the worker, or to the CPU where there
+//! is none, unless the caller trusts the input
 //! (`ReadOptions::skip_compressed_page_checks`). The sizes pages promise are
 //! checked against the footer before anything is allocated, and the wait for
 //! nvCOMP has a deadline: a kernel still running then is reported as a lost
@@ -351,6 +353,17 @@ pub(crate) fn decompress(
     // failure there sends the whole batch to the CPU decoder.
     let gpu_retries = retry.len();
     for (codec, list) in isolated_jobs {
+        // The device's structural check (ZSTD frame and block headers) first:
+        // pages it rejects go to the CPU decoder without troubling the worker.
+        let (list, rejected) = precheck(stream, &kernels, codec, list)?;
+        if let Some((_, why)) = rejected.first() {
+            stats.check_rejected += rejected.len();
+            gpu_errors.push(format!("{codec:?} page fails the device check: {}", nvcomp::check_reason(*why)));
+            retry.extend(rejected.iter().map(|(j, _)| *j));
+        }
+        if list.is_empty() {
+            continue;
+        }
         match decompress_isolated(stream, &kernels, &buffer, codec, &list) {
             Ok(version) => {
                 stats.gpu_pages += list.len();
@@ -421,10 +434,98 @@ fn decompress_isolated(
             answer.sizes[k], slots[k].output_len
         ));
     }
+    if codec == Codec::Gzip {
+        if let Err(e) = verify_gzip_trailers(stream, kernels, base, list, &slots) {
+            lease.abandon();
+            return Err(e);
+        }
+    }
     let copies_out =
         list.iter().zip(&slots).map(|(j, s)| CopyDesc { src: base + s.output, dst: out.ptr() + j.out_offset, len: s.output_len }).collect();
     copy(copies_out, &mut keep, &mut hold)?;
     Ok(lease.version())
+}
+
+/// Runs the device's structural check of `codec` (where it has one) over
+/// `list`; returns the pages that pass, and those that fail with the reason.
+#[allow(clippy::type_complexity)]
+fn precheck<'a>(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    codec: Codec,
+    list: Vec<&'a Job>,
+) -> Result<(Vec<&'a Job>, Vec<(&'a Job, u32)>)> {
+    if nvcomp::empty_stream(codec).is_none() || list.is_empty() {
+        return Ok((list, Vec::new()));
+    }
+    let n = list.len();
+    let mut host: Vec<u64> = Vec::with_capacity(3 * n);
+    host.extend(list.iter().map(|j| j.input));
+    host.extend(list.iter().map(|j| j.input_len as u64));
+    host.extend(list.iter().map(|j| j.out_len as u64));
+    let (mut keep, mut hold) = (Vec::new(), Vec::new());
+    let args = upload(stream, as_bytes(&host), "check arguments", &mut hold)?;
+    let verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "check verdicts")?;
+    verdicts.fill(stream, 0xff)?;
+    check_on_device(stream, kernels, codec, &args, n, verdicts.ptr(), &mut keep, &mut hold)?;
+    stream.synchronize()?;
+    let v: Vec<u32> = from_bytes(&verdicts.to_host()?);
+    let (mut pass, mut fail) = (Vec::with_capacity(n), Vec::new());
+    for (j, &verdict) in list.into_iter().zip(&v) {
+        if verdict != 0 && verdict != u32::MAX { fail.push((j, verdict)) } else { pass.push(j) }
+    }
+    Ok((pass, fail))
+}
+
+/// A gzip member ends with the CRC-32 and the length (mod 2^32) of what it
+/// decompresses to; nvCOMP checks neither. Each page's output in the
+/// exchange buffer (`base` + slot) is checksummed on the device and compared
+/// with its trailer; a page that disagrees (or holds several members, whose
+/// last trailer covers only the last) fails the batch, for the CPU decoder.
+fn verify_gzip_trailers(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    base: u64,
+    list: &[&Job],
+    slots: &[isolated::Slot],
+) -> std::result::Result<(), String> {
+    use super::descriptors::PageCrcDesc;
+    let e = |e: Error| e.to_string();
+    let n = list.len();
+    if let Some(j) = list.iter().find(|j| j.input_len < 18) {
+        return Err(format!("a GZIP page of {} bytes is shorter than a gzip member", j.input_len));
+    }
+    let (mut keep, mut hold) = (Vec::new(), Vec::new());
+    let trailers = DeviceBuffer::alloc(stream, 8 * n as u64, "gzip trailers").map_err(e)?;
+    let copies: Vec<CopyDesc> = list
+        .iter()
+        .enumerate()
+        .map(|(k, j)| CopyDesc { src: j.input + j.input_len as u64 - 8, dst: trailers.ptr() + 8 * k as u64, len: 8 })
+        .collect();
+    batched_copy(stream, kernels, &copies, &mut keep, &mut hold).map_err(e)?;
+    stream.synchronize().map_err(e)?;
+    let t = trailers.to_host().map_err(e)?;
+    let mut descs = Vec::with_capacity(n);
+    for (k, s) in slots.iter().enumerate() {
+        let crc = u32::from_le_bytes(t[8 * k..8 * k + 4].try_into().unwrap());
+        let size = u32::from_le_bytes(t[8 * k + 4..8 * k + 8].try_into().unwrap());
+        if size != s.output_len as u32 {
+            return Err(format!("a GZIP page's trailer says {size} bytes (mod 2^32), its header {}", s.output_len));
+        }
+        descs.push(PageCrcDesc { offset: s.output, len: s.output_len, expected: crc, ..Default::default() });
+    }
+    let d = DeviceBuffer::from_host(stream, as_bytes(&descs), "gzip checksum table").map_err(e)?;
+    let grid = u32::try_from(n.div_ceil(4)).map_err(|_| format!("{n} GZIP pages in one batch"))?;
+    let mut args = KernelArgs::new().arg(base).arg(d.ptr()).arg(n as u32);
+    // SAFETY: arguments match gpq_page_crc (4 warps a block, one page each);
+    // every slot lies inside the exchange buffer at `base`.
+    unsafe { kernels.launch(Kernel::PageCrc, grid, 128, 0, stream, &mut args).map_err(e)? };
+    stream.synchronize().map_err(e)?;
+    let done: Vec<PageCrcDesc> = from_bytes(&d.to_host().map_err(e)?);
+    if let Some(x) = done.iter().find(|x| x.status != 0) {
+        return Err(format!("a GZIP page decompresses to bytes of CRC-32 {:08x}, its trailer says {:08x}", x.computed, x.expected));
+    }
+    Ok(())
 }
 
 /// Fails when a chunk's pages promise more uncompressed bytes than the
