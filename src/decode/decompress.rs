@@ -288,16 +288,7 @@ pub(crate) fn decompress(
             let total: usize = list.iter().map(|j| j.out_len).sum();
             let temp_bytes = l.temp_size(codec, n, max_chunk, total, stream.raw().cast()).map_err(Error::Nvcomp)?;
             let temp = DeviceBuffer::alloc(stream, temp_bytes as u64, "nvCOMP scratch")?;
-            let base = d_in.ptr();
-            let batch = nvcomp::Batch {
-                in_ptrs: base,
-                in_sizes: base + 8 * n as u64,
-                out_capacity: base + 16 * n as u64,
-                out_ptrs: base + 24 * n as u64,
-                out_sizes: d_out.ptr(),
-                statuses: d_out.ptr() + 8 * n as u64,
-                count: n,
-            };
+            let batch = nvcomp::Batch::packed(d_in.ptr(), d_out.ptr(), n);
             // SAFETY: every array holds n entries in device memory; inputs and
             // outputs address live buffers of the stated sizes, all kept alive
             // (in `scratch` and `checks`) until the stream is synchronized below.

@@ -457,16 +457,7 @@ fn warm_up(lib: &nvcomp::Nvcomp, stream: &Arc<crate::cuda::GpuStream>) -> std::r
     let d_out = DeviceBuffer::alloc(stream, 16, "nvCOMP warm-up results").map_err(e)?;
     let temp_bytes = lib.temp_size(Codec::Zstd, 1, 1, 1, stream.raw().cast())?;
     let temp = DeviceBuffer::alloc(stream, temp_bytes as u64, "nvCOMP warm-up scratch").map_err(e)?;
-    let base = d_in.ptr();
-    let batch = Batch {
-        in_ptrs: base,
-        in_sizes: base + 8,
-        out_capacity: base + 16,
-        out_ptrs: base + 24,
-        out_sizes: d_out.ptr(),
-        statuses: d_out.ptr() + 8,
-        count: 1,
-    };
+    let batch = Batch::packed(d_in.ptr(), d_out.ptr(), 1);
     // SAFETY: one well-formed frame of 10 bytes in `src`, a 1-byte capacity in
     // `dst` (256 allocated); every array is live until the synchronize.
     unsafe { lib.decompress(Codec::Zstd, &batch, temp.ptr(), temp_bytes, stream.raw().cast())? };
@@ -569,16 +560,7 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
             let total: usize = slots.iter().map(|s| s.output_len as usize).sum();
             let temp_bytes = lib.temp_size(codec, n, max_chunk, total, stream.raw().cast())?;
             let temp = DeviceBuffer::alloc(&stream, temp_bytes as u64, "nvCOMP scratch").map_err(|e| e.to_string())?;
-            let base = d_in.ptr();
-            let batch = Batch {
-                in_ptrs: base,
-                in_sizes: base + 8 * n as u64,
-                out_capacity: base + 16 * n as u64,
-                out_ptrs: base + 24 * n as u64,
-                out_sizes: d_out.ptr(),
-                statuses: d_out.ptr() + 8 * n as u64,
-                count: n,
-            };
+            let batch = Batch::packed(d_in.ptr(), d_out.ptr(), n);
             // SAFETY: every array holds n entries in device memory; each page's
             // input and output lie inside the mapped exchange buffer (checked
             // above); all buffers live until the synchronize below.

@@ -226,6 +226,25 @@ pub struct Batch {
     pub count: usize,
 }
 
+impl Batch {
+    /// The layout gpq uses for `count` chunks: `args` holds four device
+    /// arrays of `count` u64 each (input addresses, input sizes, output
+    /// capacities, output addresses), `results` the output sizes (u64 each)
+    /// then the statuses (i32 each).
+    pub fn packed(args: u64, results: u64, count: usize) -> Batch {
+        let n = count as u64;
+        Batch {
+            in_ptrs: args,
+            in_sizes: args + 8 * n,
+            out_capacity: args + 16 * n,
+            out_ptrs: args + 24 * n,
+            out_sizes: results,
+            statuses: results + 8 * n,
+            count,
+        }
+    }
+}
+
 impl Nvcomp {
     fn codec(&self, c: Codec) -> Option<&CodecFns> {
         self.fns.iter().find(|f| f.0 == c).map(|f| &f.1)
