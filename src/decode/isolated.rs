@@ -14,6 +14,11 @@
 //! written anywhere in its memory), the exchange buffer is freed, and the
 //! batch's pages go to the CPU decoder, whose verdict stands.
 //!
+//! The exchange buffer (the batch's compressed and decompressed bytes) is
+//! kept for the next batch, grows in 64 MiB steps, is freed with a failed
+//! batch, and is not charged to a read's device-memory budget; the worker's
+//! own context and nvCOMP scratch live in its process.
+//!
 //! The worker binary is looked for at `$GPQ_NVCOMP_WORKER` (`off` disables
 //! the worker), else beside the running executable or in its parent folder
 //! (where cargo puts binaries for test executables in `deps/`). Without one,
