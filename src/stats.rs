@@ -104,8 +104,12 @@ impl ReadStats {
         let io = self.io.as_ref();
         let checksums =
             if self.checksummed_pages > 0 { format!(", {} page checksums verified", self.checksummed_pages) } else { String::new() };
+        let isolated = match self.decompression.isolated_pages {
+            0 => String::new(),
+            n => format!(", {n} of them in the nvCOMP worker"),
+        };
         format!(
-            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",
+            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU{isolated} / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",
             io.map(|s| s.path.name()).unwrap_or("-"),
             io.map(|s| s.bytes_read as f64 / 1e9).unwrap_or(0.0),
             io.map(|s| ms(s.wall)).unwrap_or(0.0),
