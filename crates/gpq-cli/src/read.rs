@@ -107,19 +107,25 @@ fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
     let files = gpq::parquet_files(&args.path)?;
     let bar = progress(files.len());
     for file in files {
-        let mut runs = Vec::new();
-        for _ in 0..args.repeat.max(1) {
-            runs.push(gpq::read_parquet_to_device(&file, &options)?);
+        // One table alive at a time: a read's outputs are freed before the
+        // next read, as in a consumer that uses each table and drops it (the
+        // memory pool then serves the next read from what the last one freed;
+        // keeping every table would measure the pool's growth instead).
+        let mut runs: Vec<gpq::ReadStats> = Vec::new();
+        let mut kept: Option<gpq::DeviceTable> = None;
+        let repeat = args.repeat.max(1);
+        for _ in 0..repeat {
+            drop(kept.take());
+            let t = gpq::read_parquet_to_device(&file, &options)?;
+            runs.push(t.stats().clone());
+            kept = Some(t);
         }
         bar.inc(1);
-        let mut totals: Vec<f64> = runs.iter().map(|t| t.stats().total.as_secs_f64()).collect();
-        let med = median(&mut totals);
-        let Some(table) = runs.iter().min_by(|a, b| {
-            (a.stats().total.as_secs_f64() - med).abs().total_cmp(&(b.stats().total.as_secs_f64() - med).abs())
-        }) else {
-            continue;
-        };
-        let s = table.stats();
+        let Some(table) = kept else { continue };
+        // The run with the median total, so that its stages add up to the time shown.
+        runs.sort_by(|a, b| a.total.cmp(&b.total));
+        let s = &runs[runs.len() / 2];
+        let med = s.total.as_secs_f64();
         let Some(io) = s.io.as_ref() else { continue };
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         bar.suspend(|| println!("{}", file.display()));
