@@ -66,9 +66,9 @@ struct ByteCursor {
 // elsewhere) into `words`. `in + lo` is 4-byte aligned; lo may be up to 3
 // bytes before the page's start, and those bytes, like any past its end,
 // are never read.
-GPQ_DEVICE void stage_window(u32* words, const u8* in, i64 lo, u64 in_len, u32 lane) {
+GPQ_DEVICE void stage_window(u32* words, const u8* in, i32 lo, u32 in_len, u32 lane) {
   for (u32 k = lane; k < CHECK_STAGED / 4; k += 32) {
-    i64 at = lo + 4 * (i64)k;
+    i64 at = (i64)lo + 4 * (i64)k;
     u32 w = 0;
     if (at >= 0 && (u64)at + 4 <= in_len) {
       w = *(const u32*)(in + at);
@@ -82,20 +82,21 @@ GPQ_DEVICE void stage_window(u32* words, const u8* in, i64 lo, u64 in_len, u32 l
   }
 }
 
-GPQ_DEVICE u32 staged_word(const u32* words, u64 k) { return k < CHECK_STAGED / 4 ? words[k] : 0u; }
+GPQ_DEVICE u32 staged_word(const u32* words, u32 k) { return k < CHECK_STAGED / 4 ? words[k] : 0u; }
 
-// The SNAPPY tag that would start at page offset p (window byte `at`).
+// The SNAPPY tag that would start at page offset p (window byte `at`), in
+// 32-bit arithmetic (the kernel hands pages of 2^31 bytes or more to no one).
 struct SnappyTag {
   u32 kind;      // 0 literal, 1-3 copies
-  u32 header;    // tag byte and its length/offset bytes
-  u64 len;       // output bytes
-  u64 offset;    // copies: how far back
-  u64 advance;   // input bytes to the next tag (header, plus the payload of a literal)
+  u32 len;       // output bytes (meaningless when truncated)
+  u32 offset;    // copies: how far back
+  u32 step;      // input bytes to the next tag, capped at 64 (64 when truncated)
+  u32 advance;   // input bytes to the next tag (header, plus the payload of a literal)
   bool truncated;
 };
 
-GPQ_DEVICE SnappyTag snappy_tag_at(const u32* words, u64 at, u64 p, u64 in_len) {
-  u32 s = 8 * (u32)(at & 3);
+GPQ_DEVICE SnappyTag snappy_tag_at(const u32* words, u32 at, u32 p, u32 in_len) {
+  u32 s = 8 * (at & 3);
   u32 w0 = staged_word(words, at >> 2), w1 = staged_word(words, (at >> 2) + 1), w2 = staged_word(words, (at >> 2) + 2);
   u32 b0_3 = __funnelshift_r(w0, w1, s);
   u32 b4_7 = __funnelshift_r(w1, w2, s);
@@ -105,24 +106,28 @@ GPQ_DEVICE SnappyTag snappy_tag_at(const u32* words, u64 at, u64 p, u64 in_len) 
   u32 extra = t.kind == 0 ? (t6 >= 60 ? t6 - 59 : 0) : t.kind == 3 ? 4 : t.kind;
   u32 after = (b0_3 >> 8) | (b4_7 << 24);   // the four bytes after the tag byte
   u32 v = extra >= 4 ? after : after & ((1u << (8 * extra)) - 1);
-  t.header = 1 + extra;
-  t.truncated = t.header > in_len - p;
+  u32 header = 1 + extra;
+  u32 left = p < in_len ? in_len - p : 0;
+  t.truncated = header > left;
   t.offset = 0;
   if (t.kind == 0) {
-    t.len = t6 >= 60 ? (u64)v + 1 : (u64)t6 + 1;
-    if (!t.truncated && t.len > in_len - p - t.header) t.truncated = true;
-    t.advance = t.header + t.len;
+    // The length minus one, so that a 4-byte length of 2^32 - 1 does not wrap.
+    u32 len_m1 = t6 >= 60 ? v : t6;
+    t.truncated = t.truncated || len_m1 >= left - header;
+    t.len = len_m1 + 1;
+    t.advance = header + t.len;
   } else {
     t.len = t.kind == 1 ? ((t6 & 7) + 4u) : (t6 + 1u);
-    t.offset = t.kind == 1 ? (((u64)(tag >> 5) << 8) | v) : v;
-    t.advance = t.header;
+    t.offset = t.kind == 1 ? (((tag >> 5) << 8) | v) : v;
+    t.advance = header;
   }
+  t.step = t.truncated || t.advance > 64 ? 64u : t.advance;
   return t;
 }
 
 // Why the tag fails, given the output written before it (0 if it does not).
 // The order of the checks is that of a sequential walk.
-GPQ_DEVICE u32 snappy_tag_verdict(const SnappyTag& t, u64 out_before, u64 out_len) {
+GPQ_DEVICE u32 snappy_tag_verdict(const SnappyTag& t, u32 out_before, u32 out_len) {
   if (t.truncated) return CHECK_TRUNCATED;
   if (t.kind != 0 && (t.offset == 0 || t.offset > out_before)) return CHECK_BAD_OFFSET;
   if (t.len > out_len - out_before) return CHECK_OUTPUT_OVERRUN;
@@ -140,10 +145,12 @@ GPQ_DEVICE u32 warp_sum(u32 v) {
 }
 
 // Every lane of the warp calls this with the same page; all get the verdict.
-GPQ_DEVICE u32 check_snappy(const u8* in, u64 in_len, u64 out_len, u32* words, u32 lane) {
+// Sizes are below 2^31 (the caller's guarantee).
+GPQ_DEVICE u32 check_snappy(const u8* in, u32 in_len, u32 out_len, u32* words, u32 lane) {
   const unsigned FULL = 0xffffffffu;
   // Preamble: the uncompressed length as a varint of at most 5 bytes.
-  u64 declared = 0, pos = 0;
+  u64 declared = 0;
+  u32 pos = 0;
   bool done = false;
   for (u32 shift = 0; shift < 35 && pos < in_len; shift += 7) {
     u8 b = in[pos++];
@@ -152,46 +159,57 @@ GPQ_DEVICE u32 check_snappy(const u8* in, u64 in_len, u64 out_len, u32* words, u
   }
   if (!done) return CHECK_TRUNCATED;
   if (declared != out_len) return CHECK_SIZE_MISMATCH;
-  u64 out = 0;   // output bytes of the tags before `pos`; never above out_len
+  u32 out = 0;   // output bytes of the tags before `pos`; never above out_len
   // Every value below is the same in all lanes except where named per lane.
   while (pos < in_len) {
-    i64 lo = (i64)pos - (i64)((unsigned long long)(in + pos) & 3);
-    u64 staged_end = (u64)(lo + CHECK_STAGED) < in_len ? (u64)(lo + CHECK_STAGED) : in_len;
+    i32 lo = (i32)pos - (i32)((unsigned long long)(in + pos) & 3);
+    u32 staged_end = (u32)(lo + CHECK_STAGED) < in_len ? (u32)(lo + CHECK_STAGED) : in_len;
     stage_window(words, in, lo, in_len, lane);
     __syncwarp();
     // A segment's 32 candidate tags read up to 8 bytes each: all staged, or
     // the input ends inside the staged bytes.
     while (pos < in_len && (pos + 40 <= staged_end || staged_end == in_len)) {
-      u64 p = pos + lane;   // per lane
-      SnappyTag t = snappy_tag_at(words, p - (u64)lo, p, in_len > p ? in_len : p);
-      u32 step = t.advance < 64 ? (u32)t.advance : 64u;
-      // Walk the chain: lane 0 is a tag; candidates past the input's end are not.
-      u32 limit = in_len - pos < 32 ? (u32)(in_len - pos) : 32u;
-      u32 members = 0, last = 0, cur = 0;
-      while (cur < limit) {
-        members |= 1u << cur;
-        last = cur;
-        cur += __shfl_sync(FULL, step, cur);
+      u32 p = pos + lane;   // per lane
+      SnappyTag t = snappy_tag_at(words, p - (u32)lo, p, in_len);
+      // The chain from lane 0 by pointer jumping: `reach` holds the members
+      // from this lane up to (not including) `next`; each round doubles how
+      // many. Every tag advances at least 2 bytes, so a chain of 32 candidate
+      // bytes has at most 16 members: four rounds, fewer once lane 0's chain
+      // has left the segment (a long literal: none at all).
+      u32 next = lane + t.step, reach = 1u << lane;
+#pragma unroll
+      for (u32 r = 0; r < 4; r++) {
+        if (__shfl_sync(FULL, next, 0) >= 32) break;   // the same in every lane
+        u32 their_reach = __shfl_sync(FULL, reach, next & 31);
+        u32 their_next = __shfl_sync(FULL, next, next & 31);
+        if (next < 32) {
+          reach |= their_reach;
+          next = their_next;
+        }
       }
+      // Candidates past the input's end are not tags.
+      u32 limit = in_len - pos < 32 ? in_len - pos : 32u;
+      u32 members = __shfl_sync(FULL, reach, 0) & (limit == 32 ? FULL : (1u << limit) - 1);
+      u32 last = 31 - __clz(members);
       bool member = (members >> lane) & 1;
-      u64 last_len = __shfl_sync(FULL, t.len, last);
-      u64 last_advance = __shfl_sync(FULL, t.advance, last);
+      u32 last_len = __shfl_sync(FULL, t.len, last);
+      u32 last_advance = __shfl_sync(FULL, t.advance, last);
       // Tags before the last produce at most 64 bytes each.
-      u32 small = warp_sum(member && lane != last ? (u32)t.len : 0u);
-      u64 total = small + last_len;
+      u32 small = warp_sum(member && lane != last ? t.len : 0u);
       bool doubtful = member && (t.truncated || (t.kind != 0 && (t.offset == 0 || t.offset > out)));
-      if (__ballot_sync(FULL, doubtful) == 0 && total <= out_len - out) {
-        out += total;
+      if (__ballot_sync(FULL, doubtful) == 0 && last_len <= out_len - out && small <= out_len - out - last_len) {
+        out += small + last_len;
         pos += last + last_advance;
         continue;
       }
       // Exact output positions: an inclusive prefix sum over the members.
-      u64 mine = member ? t.len : 0, incl = mine;
+      u32 mine = member ? t.len : 0, incl = mine;
 #pragma unroll
       for (u32 d = 1; d < 32; d <<= 1) {
-        u64 y = __shfl_up_sync(FULL, incl, d);
+        u32 y = __shfl_up_sync(FULL, incl, d);
         if (lane >= d) incl += y;
       }
+      // (Sums past a failing member may wrap; the first failure in stream order is what counts.)
       u32 verdict = member ? snappy_tag_verdict(t, out + (incl - mine), out_len) : CHECK_OK;
       u32 failing = __ballot_sync(FULL, verdict != CHECK_OK);
       if (failing) return __shfl_sync(FULL, verdict, __ffs(failing) - 1);
@@ -414,7 +432,11 @@ extern "C" __global__ void __launch_bounds__(32 * CHECK_WARPS) gpq_check_compres
   const u8* in = (const u8*)in_ptrs[i];
   u64 in_len = in_sizes[i], out_len = out_sizes[i];
   u32 r;
-  if (codec == CHECK_SNAPPY) r = check_snappy(in, in_len, out_len, windows[warp], lane);
+  if (codec == CHECK_SNAPPY) {
+    // Parquet page sizes are 32-bit signed; nothing larger is handed to nvCOMP.
+    r = in_len >= (1ull << 31) || out_len >= (1ull << 31) ? CHECK_UNSUPPORTED
+                                                         : check_snappy(in, (u32)in_len, (u32)out_len, windows[warp], lane);
+  }
   else if (lane != 0) return;
   else if (codec == CHECK_LZ4_RAW) r = check_lz4(in, in_len, out_len);
   else if (codec == CHECK_ZSTD) r = check_zstd(in, in_len, out_len);
