@@ -7,8 +7,10 @@
 //! go to `gpq-nvcomp-worker`, a child process with a CUDA context of its own
 //! on the same GPU. The pages travel through an exchange buffer the two
 //! share by CUDA IPC: the parent copies the compressed pages in (on the
-//! device), the worker runs nvCOMP from and into it and reports each page's
-//! size and status, and the parent copies the results out. The parent waits
+//! device), the worker runs nvCOMP from and into it and reports the pages
+//! that failed (status, or a size other than promised), and the parent
+//! copies the results out. Requests carry page sizes only (9 bytes a
+//! page); both sides derive the slots from them (`BatchLayout`). The parent waits
 //! with a deadline. A worker that faults, dies, overruns the deadline or
 //! reports any failed page is killed and not reused (corrupt input may have
 //! written anywhere in its memory), the exchange buffer is freed, and the
@@ -44,17 +46,21 @@ pub const WORKER_NAME: &str = "gpq-nvcomp-worker";
 const HELLO: &[u8; 4] = b"GPQW";
 const REQUEST: &[u8; 4] = b"GPQR";
 const ANSWER: &[u8; 4] = b"GPQA";
-const PROTOCOL: u32 = 1;
+const PROTOCOL: u32 = 2;
 /// Exchange buffers grow in steps of this many bytes.
 const EXCHANGE_STEP: u64 = 64 << 20;
 /// How long a new worker may take to start, at least.
 const START_DEADLINE: Duration = Duration::from_secs(20);
+/// Bytes asked for each pipe to the worker.
+const PIPE_BYTES: libc::c_int = 1 << 20;
 /// Consecutive failed starts after which the worker is no longer tried.
 const MAX_FAILED_STARTS: u32 = 3;
 
+/// Where the exchange buffer's slots start: 256-byte boundaries.
+const SLOT_ALIGN: u64 = 256;
+
 /// One page of a batch: offsets into the exchange buffer.
 #[derive(Debug, Clone, Copy, Default)]
-#[repr(C)]
 pub(crate) struct Slot {
     pub input: u64,
     pub input_len: u64,
@@ -62,12 +68,48 @@ pub(crate) struct Slot {
     pub output_len: u64,
 }
 
-/// What the worker said about a batch.
+/// The pages of a batch as a request carries them: their sizes and where
+/// each input starts within 16 bytes. Both sides derive the slots from it
+/// (`slots`), so the request is 9 bytes a page.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BatchLayout {
+    /// Per page: compressed bytes.
+    pub input_lens: Vec<u32>,
+    /// Per page: the bytes it must decompress to.
+    pub output_lens: Vec<u32>,
+    /// Per page: the input's offset past its slot's 256-byte boundary (< 16).
+    pub skews: Vec<u8>,
+}
+
+impl BatchLayout {
+    /// The slots: every input (from a 256-byte boundary plus its skew), then
+    /// every output (from 256-byte boundaries); and the bytes they span.
+    pub(crate) fn slots(&self) -> (Vec<Slot>, u64) {
+        let align = |x: u64| x.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+        let mut slots = Vec::with_capacity(self.input_lens.len());
+        let mut at = 0u64;
+        for (k, &len) in self.input_lens.iter().enumerate() {
+            let input = at + (self.skews[k] & 15) as u64;
+            slots.push(Slot { input, input_len: len as u64, output: 0, output_len: self.output_lens[k] as u64 });
+            at = align(input + len as u64);
+        }
+        for s in &mut slots {
+            s.output = at;
+            at = align(at + s.output_len);
+        }
+        (slots, at)
+    }
+
+    fn len(&self) -> usize {
+        self.input_lens.len()
+    }
+}
+
+/// What the worker said about a batch: how long it took (its own clock), and
+/// how much of that nvCOMP's launch and wait.
 pub(crate) struct Answer {
-    /// Per page: bytes written.
-    pub sizes: Vec<u64>,
-    /// Per page: nvCOMP's status (0 is success).
-    pub statuses: Vec<i32>,
+    pub worker_time: Duration,
+    pub nvcomp_time: Duration,
 }
 
 struct Worker {
@@ -244,23 +286,14 @@ impl Lease {
         self.client().worker.as_ref().map(|w| w.version.clone()).unwrap_or_default()
     }
 
-    /// Has the worker decompress `slots` (offsets into the exchange buffer,
-    /// whose inputs must be in place: the caller synchronized its copies)
-    /// with `codec`, waiting at most `limit`. Any failure, a page nvCOMP
-    /// rejects included, fails the whole batch (the other pages' outputs may
-    /// have been overwritten by the bad one) and stops the worker.
-    pub(crate) fn run(&mut self, codec: Codec, slots: &[Slot], limit: Duration) -> std::result::Result<Answer, String> {
-        let result = self.exchange_batch(codec, slots, limit).and_then(|a| {
-            match a.statuses.iter().position(|&s| s != 0) {
-                Some(k) => Err(format!(
-                    "nvCOMP in the worker rejected {} of {} pages (first: {})",
-                    a.statuses.iter().filter(|&&s| s != 0).count(),
-                    slots.len(),
-                    nvcomp::status_name(a.statuses[k])
-                )),
-                None => Ok(a),
-            }
-        });
+    /// Has the worker decompress the pages of `layout` (whose inputs must be
+    /// in their slots of the exchange buffer: the caller synchronized its
+    /// copies) with `codec`, waiting at most `limit`. Any failure, a page
+    /// nvCOMP rejects or decompresses to another size than its header says
+    /// included, fails the whole batch (the other pages' outputs may have
+    /// been overwritten by the bad one) and stops the worker.
+    pub(crate) fn run(&mut self, codec: Codec, layout: &BatchLayout, limit: Duration) -> std::result::Result<Answer, String> {
+        let result = self.exchange_batch(codec, layout, limit);
         self.retired.clear();
         if result.is_err() {
             self.abandon();
@@ -268,22 +301,24 @@ impl Lease {
         result
     }
 
-    fn exchange_batch(&mut self, codec: Codec, slots: &[Slot], limit: Duration) -> std::result::Result<Answer, String> {
+    fn exchange_batch(&mut self, codec: Codec, layout: &BatchLayout, limit: Duration) -> std::result::Result<Answer, String> {
         let client = self.client();
         let (handle, generation, len) = match &client.exchange {
             Some(x) => (x.handle, x.generation, x.buffer.len()),
             None => return Err("no exchange buffer".into()),
         };
         let worker = client.worker.as_mut().ok_or("no worker")?;
-        let n = u32::try_from(slots.len()).map_err(|_| "too many pages for one batch".to_string())?;
-        let mut msg = Vec::with_capacity(96 + 32 * slots.len());
+        let n = u32::try_from(layout.len()).map_err(|_| "too many pages for one batch".to_string())?;
+        let mut msg = Vec::with_capacity(96 + 9 * layout.len());
         msg.extend_from_slice(REQUEST);
         msg.extend_from_slice(&codec_code(codec).to_le_bytes());
         msg.extend_from_slice(&n.to_le_bytes());
         msg.extend_from_slice(&generation.to_le_bytes());
         msg.extend(handle.reserved.iter().map(|&b| b as u8));
         msg.extend_from_slice(&len.to_le_bytes());
-        msg.extend_from_slice(as_bytes(slots));
+        msg.extend_from_slice(as_bytes(&layout.input_lens));
+        msg.extend_from_slice(as_bytes(&layout.output_lens));
+        msg.extend_from_slice(&layout.skews);
         worker.to.write_all(&msg).and_then(|_| worker.to.flush()).map_err(|e| format!("writing to the nvCOMP worker: {e}"))?;
         let until = Instant::now() + limit;
         let mut head = [0u8; 12];
@@ -301,11 +336,32 @@ impl Lease {
         if status != 0 {
             return Err(format!("nvCOMP worker: {}", String::from_utf8_lossy(&text)));
         }
-        let mut body = vec![0u8; 12 * slots.len()];
+        // Then the pages that failed: how many, and each one's index, status and size.
+        let mut count = [0u8; 4];
+        read_exact_by(&mut worker.from, &mut count, until)?;
+        let failed = u32::from_le_bytes(count) as usize;
+        if failed > layout.len() {
+            return Err("the nvCOMP worker answered garbage".into());
+        }
+        let mut body = vec![0u8; 16 * failed];
         read_exact_by(&mut worker.from, &mut body, until)?;
-        let sizes: Vec<u64> = from_bytes(&body[..8 * slots.len()]);
-        let statuses: Vec<i32> = from_bytes(&body[8 * slots.len()..]);
-        Ok(Answer { sizes, statuses })
+        if failed > 0 {
+            let at = |k: usize, o: usize| &body[16 * k + o..16 * k + o + 4];
+            let first = u32::from_le_bytes(at(0, 0).try_into().unwrap()) as usize;
+            let first_status = i32::from_le_bytes(at(0, 4).try_into().unwrap());
+            let first_size = u64::from_le_bytes(body[8..16].try_into().unwrap());
+            let rejected = (0..failed).filter(|&k| i32::from_le_bytes(at(k, 4).try_into().unwrap()) != 0).count();
+            return Err(if first_status != 0 || rejected > 0 {
+                format!("nvCOMP in the worker rejected {rejected} of {n} pages (first: {})", nvcomp::status_name(first_status))
+            } else {
+                let promised = layout.output_lens.get(first).copied().unwrap_or(0);
+                format!("nvCOMP {codec:?} in the worker decompressed a page to {first_size} bytes, its header says {promised}")
+            });
+        }
+        // On success the text is the worker's times in microseconds: all, and nvCOMP's part.
+        let text = String::from_utf8_lossy(&text);
+        let mut us = text.split_whitespace().map(|t| Duration::from_micros(t.parse().unwrap_or(0)));
+        Ok(Answer { worker_time: us.next().unwrap_or_default(), nvcomp_time: us.next().unwrap_or_default() })
     }
 
     /// Kills the worker and frees the exchange buffer (for a batch whose
@@ -321,22 +377,11 @@ impl Lease {
 }
 
 fn codec_code(c: Codec) -> u32 {
-    match c {
-        Codec::Snappy => 0,
-        Codec::Zstd => 1,
-        Codec::Lz4 => 2,
-        Codec::Gzip => 3,
-    }
+    Codec::ALL.iter().position(|&k| k == c).unwrap_or(0) as u32
 }
 
 fn codec_of(code: u32) -> Option<Codec> {
-    Some(match code {
-        0 => Codec::Snappy,
-        1 => Codec::Zstd,
-        2 => Codec::Lz4,
-        3 => Codec::Gzip,
-        _ => return None,
-    })
+    Codec::ALL.get(code as usize).copied()
 }
 
 /// Reads exactly `buf.len()` bytes, failing once `until` has passed.
@@ -381,7 +426,15 @@ fn start(path: &PathBuf, ordinal: usize) -> std::result::Result<Worker, String> 
         .spawn()
         .map_err(|e| format!("starting {}: {e}", path.display()))?;
     let (to, mut from) = match (child.stdin.take(), child.stdout.take()) {
-        (Some(i), Some(o)) => (i, o),
+        (Some(i), Some(o)) => {
+            // Room for a whole request or answer of tens of thousands of
+            // pages without waking the other side every 64 KiB (best effort).
+            for fd in [i.as_raw_fd(), o.as_raw_fd()] {
+                // SAFETY: fcntl on a pipe this process owns.
+                unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES) };
+            }
+            (i, o)
+        }
         _ => {
             let _ = child.kill();
             let _ = child.wait();
@@ -448,6 +501,46 @@ fn say(out: &mut impl Write, magic: &[u8; 4], a: u32, b: Option<u32>, text: &str
     out.write_all(&m)
 }
 
+/// Runs one nvCOMP batch on the worker's stream and returns its results
+/// (sizes, u64 each, then statuses, i32 each). `args` holds the four
+/// argument arrays of `Batch::packed` (input addresses, input sizes, output
+/// capacities, output addresses), `n` entries each.
+///
+/// # Safety
+/// Every input and output address in `args` must lie in live device memory
+/// of the stated size until this returns.
+unsafe fn run_batch(
+    lib: &nvcomp::Nvcomp,
+    stream: &Arc<crate::cuda::GpuStream>,
+    codec: Codec,
+    args: &[u64],
+    n: usize,
+) -> std::result::Result<(Vec<u8>, Duration), String> {
+    let e = |e: crate::error::Error| e.to_string();
+    let capacities = &args[2 * n..3 * n];
+    let max_chunk = capacities.iter().copied().max().unwrap_or(0) as usize;
+    let total = capacities.iter().sum::<u64>() as usize;
+    let d_in = DeviceBuffer::from_host(stream, as_bytes(args), "nvCOMP arguments").map_err(e)?;
+    let d_out = DeviceBuffer::alloc(stream, 12 * n as u64, "nvCOMP results").map_err(e)?;
+    d_out.fill(stream, 0xff).map_err(e)?;
+    let temp_bytes = lib.temp_size(codec, n, max_chunk, total, stream.raw().cast())?;
+    let temp = DeviceBuffer::alloc(stream, temp_bytes as u64, "nvCOMP scratch").map_err(e)?;
+    let batch = Batch::packed(d_in.ptr(), d_out.ptr(), n);
+    let t = Instant::now();
+    // SAFETY: the argument and result arrays hold n entries in device memory;
+    // the pages' memory is the caller's promise; everything lives until the
+    // synchronize below.
+    unsafe { lib.decompress(codec, &batch, temp.ptr(), temp_bytes, stream.raw().cast())? };
+    stream.synchronize().map_err(e)?;
+    let nvcomp_time = t.elapsed();
+    let results = d_out.to_host().map_err(e)?;
+    drop((d_in, d_out, temp));
+    // The frees are queued on the stream: let them finish before answering,
+    // so that the worker's context is idle while the reader decodes.
+    stream.synchronize().map_err(e)?;
+    Ok((results, nvcomp_time))
+}
+
 /// Decompresses one tiny ZSTD frame (a raw block holding "x") with nvCOMP.
 fn warm_up(lib: &nvcomp::Nvcomp, stream: &Arc<crate::cuda::GpuStream>) -> std::result::Result<(), String> {
     if !lib.supports(Codec::Zstd) {
@@ -457,17 +550,9 @@ fn warm_up(lib: &nvcomp::Nvcomp, stream: &Arc<crate::cuda::GpuStream>) -> std::r
     let frame = [0x28u8, 0xB5, 0x2F, 0xFD, 0x20, 0x01, 0x09, 0x00, 0x00, b'x'];
     let src = DeviceBuffer::from_host(stream, &frame, "nvCOMP warm-up input").map_err(e)?;
     let dst = DeviceBuffer::alloc(stream, 256, "nvCOMP warm-up output").map_err(e)?;
-    let host: [u64; 4] = [src.ptr(), frame.len() as u64, 1, dst.ptr()];
-    let d_in = DeviceBuffer::from_host(stream, as_bytes(&host), "nvCOMP warm-up arguments").map_err(e)?;
-    let d_out = DeviceBuffer::alloc(stream, 16, "nvCOMP warm-up results").map_err(e)?;
-    let temp_bytes = lib.temp_size(Codec::Zstd, 1, 1, 1, stream.raw().cast())?;
-    let temp = DeviceBuffer::alloc(stream, temp_bytes as u64, "nvCOMP warm-up scratch").map_err(e)?;
-    let batch = Batch::packed(d_in.ptr(), d_out.ptr(), 1);
-    // SAFETY: one well-formed frame of 10 bytes in `src`, a 1-byte capacity in
-    // `dst` (256 allocated); every array is live until the synchronize.
-    unsafe { lib.decompress(Codec::Zstd, &batch, temp.ptr(), temp_bytes, stream.raw().cast())? };
-    stream.synchronize().map_err(e)?;
-    let r = d_out.to_host().map_err(e)?;
+    // SAFETY: one well-formed frame of 10 bytes in `src`, a 1-byte capacity
+    // in `dst` (256 allocated); both live until run_batch returns.
+    let (r, _) = unsafe { run_batch(lib, stream, Codec::Zstd, &[src.ptr(), frame.len() as u64, 1, dst.ptr()], 1)? };
     let status = i32::from_le_bytes(r[8..12].try_into().unwrap());
     if status != 0 {
         return Err(format!("nvCOMP's warm-up frame failed: {}", nvcomp::status_name(status)));
@@ -532,10 +617,15 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
         if n > 1 << 24 {
             return Err("batch too large".into());
         }
-        let mut body = vec![0u8; 32 * n];
+        let mut body = vec![0u8; 9 * n];
         input.read_exact(&mut body).map_err(io)?;
-        let slots: Vec<Slot> = from_bytes(&body);
-        let result = (|| -> std::result::Result<Vec<u8>, String> {
+        let layout = BatchLayout {
+            input_lens: from_bytes(&body[..4 * n]),
+            output_lens: from_bytes(&body[4 * n..8 * n]),
+            skews: body[8 * n..].to_vec(),
+        };
+        let started = Instant::now();
+        let result = (|| -> std::result::Result<(Vec<u8>, Duration), String> {
             let codec = codec_of(codec).ok_or("unknown codec")?;
             if mapped.as_ref().is_none_or(|m| m.generation != generation) {
                 mapped = None;
@@ -549,34 +639,37 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
                 mapped = Some(Mapped { generation, base, len });
             }
             let m = mapped.as_ref().expect("mapped above");
-            let inside = |off: u64, l: u64| off.checked_add(l).is_some_and(|end| end <= m.len);
-            if slots.iter().any(|s| !inside(s.input, s.input_len) || !inside(s.output, s.output_len)) {
-                return Err("a page lies outside the exchange buffer".into());
+            let (slots, end) = layout.slots();
+            if end > m.len {
+                return Err("the batch does not fit the exchange buffer".into());
             }
             let mut host: Vec<u64> = Vec::with_capacity(4 * n);
             host.extend(slots.iter().map(|s| m.base + s.input));
             host.extend(slots.iter().map(|s| s.input_len));
             host.extend(slots.iter().map(|s| s.output_len));
             host.extend(slots.iter().map(|s| m.base + s.output));
-            let d_in = DeviceBuffer::from_host(&stream, as_bytes(&host), "nvCOMP arguments").map_err(|e| e.to_string())?;
-            let d_out = DeviceBuffer::alloc(&stream, 12 * n as u64, "nvCOMP results").map_err(|e| e.to_string())?;
-            d_out.fill(&stream, 0xff).map_err(|e| e.to_string())?;
-            let max_chunk = slots.iter().map(|s| s.output_len as usize).max().unwrap_or(0);
-            let total: usize = slots.iter().map(|s| s.output_len as usize).sum();
-            let temp_bytes = lib.temp_size(codec, n, max_chunk, total, stream.raw().cast())?;
-            let temp = DeviceBuffer::alloc(&stream, temp_bytes as u64, "nvCOMP scratch").map_err(|e| e.to_string())?;
-            let batch = Batch::packed(d_in.ptr(), d_out.ptr(), n);
-            // SAFETY: every array holds n entries in device memory; each page's
-            // input and output lie inside the mapped exchange buffer (checked
-            // above); all buffers live until the synchronize below.
-            unsafe { lib.decompress(codec, &batch, temp.ptr(), temp_bytes, stream.raw().cast())? };
-            stream.synchronize().map_err(|e| e.to_string())?;
-            d_out.to_host().map_err(|e| e.to_string())
+            // SAFETY: every slot lies inside the mapped exchange buffer
+            // (checked above), mapped until `mapped` changes.
+            unsafe { run_batch(lib, &stream, codec, &host, n) }
         })();
         match result {
-            Ok(bytes) => {
-                say(out, ANSWER, 0, None, "").map_err(io)?;
-                out.write_all(&bytes).and_then(|_| out.flush()).map_err(io)?;
+            Ok((bytes, nvcomp_time)) => {
+                // Only the pages that failed go back: index, status, size.
+                let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
+                let statuses: Vec<i32> = from_bytes(&bytes[8 * n..12 * n]);
+                let mut failed: Vec<u8> = Vec::new();
+                let mut count = 0u32;
+                for k in 0..n {
+                    if statuses[k] != 0 || sizes[k] != layout.output_lens[k] as u64 {
+                        failed.extend_from_slice(&(k as u32).to_le_bytes());
+                        failed.extend_from_slice(&statuses[k].to_le_bytes());
+                        failed.extend_from_slice(&sizes[k].to_le_bytes());
+                        count += 1;
+                    }
+                }
+                let times = format!("{} {}", started.elapsed().as_micros(), nvcomp_time.as_micros());
+                say(out, ANSWER, 0, None, &times).map_err(io)?;
+                out.write_all(&count.to_le_bytes()).and_then(|_| out.write_all(&failed)).and_then(|_| out.flush()).map_err(io)?;
             }
             Err(e) => {
                 say(out, ANSWER, 1, None, &e).and_then(|_| out.flush()).map_err(io)?;
@@ -584,5 +677,36 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
                 return Err(e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_keep_skews_stay_apart_and_align_outputs() {
+        let layout = BatchLayout { input_lens: vec![10, 0, 300, 7], output_lens: vec![40, 1, 0, 9000], skews: vec![3, 15, 0, 8] };
+        let (slots, end) = layout.slots();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for (k, s) in slots.iter().enumerate() {
+            assert_eq!(s.input % SLOT_ALIGN, layout.skews[k] as u64, "slot {k}: input keeps its skew");
+            assert_eq!(s.output % SLOT_ALIGN, 0, "slot {k}: output on a boundary");
+            assert_eq!((s.input_len, s.output_len), (layout.input_lens[k] as u64, layout.output_lens[k] as u64));
+            ranges.push((s.input, s.input + s.input_len));
+            ranges.push((s.output, s.output + s.output_len));
+        }
+        ranges.retain(|r| r.0 < r.1);
+        ranges.sort();
+        assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "slots overlap: {ranges:?}");
+        assert!(ranges.iter().all(|r| r.1 <= end) && end % SLOT_ALIGN == 0);
+    }
+
+    #[test]
+    fn codec_codes_round_trip() {
+        for c in Codec::ALL {
+            assert_eq!(codec_of(codec_code(c)), Some(c));
+        }
+        assert_eq!(codec_of(Codec::ALL.len() as u32), None);
     }
 }

@@ -33,6 +33,10 @@ pub(crate) enum Codec {
 }
 
 impl Codec {
+    /// Every codec; a codec's position here is its code in the nvCOMP
+    /// worker's protocol (`isolated`).
+    pub(crate) const ALL: [Codec; 4] = [Codec::Snappy, Codec::Zstd, Codec::Lz4, Codec::Gzip];
+
     /// The nvCOMP codec for a Parquet compression, if nvCOMP handles it.
     pub(crate) fn for_parquet(c: Compression) -> Option<Codec> {
         match c {
