@@ -11,6 +11,7 @@
 //! | you want | use |
 //! | --- | --- |
 //! | a file (or some of its columns and row groups) as device Arrow columns | [`read_parquet_to_device`] |
+//! | the same as a sequence of tables, bounded in rows or device memory, IO overlapping decode | [`DeviceReaderBuilder`] |
 //! | the same for many reads of one file, footer parsed once | [`read_footer`] then [`read_parquet_to_device_with_footer`] |
 //! | to know before any IO whether the GPU decodes a selection | [`ReadPlan::new`] then [`can_decode`] |
 //! | the raw column-chunk bytes in device memory, no decoding | [`read_column_chunks`] |
@@ -67,7 +68,9 @@ pub use files::parquet_files;
 pub use io::DeviceChunks;
 pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, ReadOptions};
 pub use plan::{Footer, ReadPlan, read_footer, read_footer_with_page_index};
-pub use reader::{can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer};
+pub use reader::{
+    DeviceBatchReader, DeviceReaderBuilder, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
+};
 pub use stats::{DecompressStats, IoStats, ReadStats};
 
 /// The main loop of the `gpq-nvcomp-worker` process the library starts to

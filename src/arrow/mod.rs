@@ -136,6 +136,56 @@ impl DeviceColumn {
             + self.children.iter().map(DeviceColumn::device_bytes).sum::<u64>()
     }
 
+    /// Stops charging the column's buffers to the read's memory budget.
+    pub(crate) fn detach_budget(&mut self) {
+        for b in [Some(&mut self.values), self.validity.as_mut(), self.offsets.as_mut(), self.view_data.as_mut()].into_iter().flatten() {
+            b.detach_budget();
+        }
+        self.children.iter_mut().for_each(DeviceColumn::detach_budget);
+    }
+
+    /// Keeps the first `n` rows (no copy: the buffers stay, the length and
+    /// the null count shrink; list children keep the values of those rows).
+    pub(crate) fn truncate(&mut self, n: usize) -> Result<()> {
+        if n >= self.len {
+            return Ok(());
+        }
+        if let (Some(v), true) = (&self.validity, self.null_count > 0) {
+            let mut host = vec![0u8; n.div_ceil(8)];
+            v.copy_range_into(0, &mut host)?;
+            let valid: usize = host
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    let keep = (n - 8 * i).min(8);
+                    (b & (((1u16 << keep) - 1) as u8)).count_ones() as usize
+                })
+                .sum();
+            self.null_count = n - valid;
+        }
+        match &self.device_type {
+            DataType::List(_) | DataType::LargeList(_) | DataType::Map(..) => {
+                let width = if matches!(self.device_type, DataType::LargeList(_)) { 8 } else { 4 };
+                let offsets = self.offsets.as_ref().ok_or_else(|| crate::Error::Internal("a list column without offsets".into()))?;
+                let mut b = [0u8; 8];
+                offsets.copy_range_into((n * width) as u64, &mut b[..width])?;
+                let end = if width == 8 { i64::from_le_bytes(b) } else { i32::from_le_bytes(b[..4].try_into().unwrap()) as i64 };
+                let end = usize::try_from(end).map_err(|_| crate::Error::Internal(format!("list offset {end} at row {n}")))?;
+                for c in &mut self.children {
+                    c.truncate(end)?;
+                }
+            }
+            DataType::Struct(_) => {
+                for c in &mut self.children {
+                    c.truncate(n)?;
+                }
+            }
+            _ => {}
+        }
+        self.len = n;
+        Ok(())
+    }
+
     /// Copies the column to the host as an arrow-rs array of the field's type.
     pub fn to_array(&self) -> Result<ArrayRef> {
         if !self.is_nested() {
@@ -351,5 +401,26 @@ impl DeviceTable {
     /// Bytes of all device buffers.
     pub fn device_bytes(&self) -> u64 {
         self.columns.iter().map(DeviceColumn::device_bytes).sum()
+    }
+
+    /// Counts `planning` (work done once for several tables) in this table's
+    /// plan and total times.
+    pub(crate) fn add_plan_time(&mut self, planning: std::time::Duration) {
+        self.stats.plan += planning;
+        self.stats.total += planning;
+    }
+
+    /// Stops charging the table's buffers to the read's memory budget.
+    pub(crate) fn detach_budget(&mut self) {
+        self.columns.iter_mut().for_each(DeviceColumn::detach_budget);
+    }
+
+    /// Keeps the first `n` rows of every column.
+    pub(crate) fn truncate(&mut self, n: usize) -> Result<()> {
+        for c in &mut self.columns {
+            c.truncate(n)?;
+        }
+        self.num_rows = self.num_rows.min(n);
+        Ok(())
     }
 }

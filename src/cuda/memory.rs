@@ -40,12 +40,13 @@ pub struct MemoryBudget {
     file: PathBuf,
     limit: u64,
     used: AtomicU64,
+    peak: AtomicU64,
 }
 
 impl MemoryBudget {
     /// A budget of `limit` bytes for reading `file` (named in errors).
     pub fn new(file: impl Into<PathBuf>, limit: u64) -> Arc<MemoryBudget> {
-        Arc::new(MemoryBudget { file: file.into(), limit, used: AtomicU64::new(0) })
+        Arc::new(MemoryBudget { file: file.into(), limit, used: AtomicU64::new(0), peak: AtomicU64::new(0) })
     }
 
     /// The limit in bytes.
@@ -56,6 +57,11 @@ impl MemoryBudget {
     /// Bytes charged now.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes charged at once so far.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
     }
 
     /// Charges `len` more bytes, or fails (charging nothing) when they do not fit.
@@ -69,7 +75,10 @@ impl MemoryBudget {
                 budget: self.limit,
             })?;
             match self.used.compare_exchange_weak(used, total, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    self.peak.fetch_max(total, Ordering::Relaxed);
+                    return Ok(());
+                }
                 Err(now) => used = now,
             }
         }
@@ -90,6 +99,14 @@ fn out_of_memory(ctx: &GpuContext, requested: u64, what: &'static str) -> Error 
 }
 
 impl DeviceBuffer {
+    /// Stops charging this buffer to the budget it was allocated under (a
+    /// batch handed to the caller is the caller's memory, not the read's).
+    pub(crate) fn detach_budget(&mut self) {
+        if let Some(b) = self.budget.take() {
+            b.release(self.len);
+        }
+    }
+
     /// Allocates `len` bytes from the pool, ordered on `stream`. The memory is
     /// usable by work queued on `stream` at once, and by other streams once
     /// they wait for it (or `stream` is synchronized). A budget the stream

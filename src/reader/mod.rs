@@ -1,5 +1,13 @@
 //! The read entry points: plan, IO, decode and device Arrow columns tied
 //! together, with the read's statistics assembled from each stage's report.
+//! [`read_parquet_to_device`] reads a selection in one pass; `batches`
+//! ([`DeviceReaderBuilder`]) reads it as a sequence of device tables, each a
+//! pass over a few row groups, bounded in rows and device memory, the IO of
+//! the next pass overlapping the decode of the current one.
+
+mod batches;
+
+pub use batches::{DeviceBatchReader, DeviceReaderBuilder};
 
 use std::path::Path;
 use std::time::Instant;
@@ -134,10 +142,16 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
 
 fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: &Arc<GpuStream>, options: &ReadOptions) -> Result<DeviceTable> {
     let chunks = read_chunks(plan, plan_time, stream, &options.io)?;
-    let decoded = crate::decode::decode(&chunks, options)?;
+    decode_chunks(&chunks, t0, options)
+}
+
+/// Decodes chunks already in device memory into a table whose statistics
+/// count from `t0`.
+fn decode_chunks(chunks: &DeviceChunks, t0: Instant, options: &ReadOptions) -> Result<DeviceTable> {
+    let decoded = crate::decode::decode(chunks, options)?;
     let stats = ReadStats {
         io: Some(chunks.io().clone()),
-        plan: plan_time,
+        plan: chunks.plan_time(),
         page_headers: decoded.page_headers,
         decompress: decoded.decompress,
         decode: decoded.decode,

@@ -1,0 +1,463 @@
+//! A file read as a sequence of device tables.
+//!
+//! [`DeviceReaderBuilder`] plans the selection once (footer, projection, row
+//! groups) and splits it into passes of whole row groups: at most
+//! [`DeviceReaderBuilder::with_batch_rows`] rows each, and, with
+//! [`DeviceReaderBuilder::with_device_memory_limit`], small enough that a
+//! pass's working memory (its column chunks, decompressed pages and output
+//! columns, as the footer's sizes put them) and the next pass's column chunks
+//! fit the limit together. [`DeviceBatchReader`] yields one
+//! [`DeviceTable`] per pass; while the GPU decodes a pass, a thread reads the
+//! next pass's chunks into device memory on a second stream.
+//!
+//! The limit is enforced, not only planned for: every allocation of the
+//! reader's streams is charged to one [`MemoryBudget`] shared by both, and
+//! one over it fails with [`Error::OverBudget`] before the driver is asked. A
+//! pass whose real needs exceed the footer's estimate is read again in two
+//! halves (a pass of one row group that does not fit is the error). A
+//! table, once returned, is the caller's: its buffers no longer count
+//! against the limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::ProjectionMask;
+use parquet::basic::Type as PhysicalType;
+
+use crate::arrow::DeviceTable;
+use crate::cuda::{GpuContext, GpuStream, MemoryBudget};
+use crate::error::{Error, Result};
+use crate::io::{DeviceChunks, read_chunks};
+use crate::options::{ColumnSelector, ReadOptions};
+use crate::plan::{ChunkPlan, Footer, ReadPlan, read_footer};
+
+/// Builds a [`DeviceBatchReader`] over one Parquet file, in the manner of
+/// arrow-rs's `ParquetRecordBatchReaderBuilder`.
+///
+/// ```no_run
+/// use gpq::DeviceReaderBuilder;
+///
+/// let reader = DeviceReaderBuilder::try_new("lineitem.parquet")?
+///     .with_columns(["l_orderkey", "l_comment"])
+///     .with_device_memory_limit(1 << 30)
+///     .build()?;
+/// for batch in reader {
+///     let batch = batch?;
+///     println!("{} rows on the GPU", batch.num_rows());
+/// }
+/// # Ok::<(), gpq::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeviceReaderBuilder {
+    path: PathBuf,
+    footer: Footer,
+    options: ReadOptions,
+    limit: Option<usize>,
+    batch_rows: Option<usize>,
+    memory_limit: Option<u64>,
+    prefetch: bool,
+}
+
+impl DeviceReaderBuilder {
+    /// Reads the footer of `path` (once: every pass plans from it).
+    pub fn try_new(path: impl AsRef<Path>) -> Result<DeviceReaderBuilder> {
+        let footer = read_footer(path.as_ref())?;
+        Ok(Self::new_with_footer(path, footer))
+    }
+
+    /// A builder over a footer already loaded (see [`crate::read_footer`]).
+    pub fn new_with_footer(path: impl AsRef<Path>, footer: Footer) -> DeviceReaderBuilder {
+        DeviceReaderBuilder {
+            path: path.as_ref().to_path_buf(),
+            footer,
+            options: ReadOptions::default(),
+            limit: None,
+            batch_rows: None,
+            memory_limit: None,
+            prefetch: true,
+        }
+    }
+
+    /// The file's footer.
+    pub fn footer(&self) -> &Footer {
+        &self.footer
+    }
+
+    /// Read options for every pass: IO path, device, decompression, checks,
+    /// and the column and row-group selection if set there. Replaces what
+    /// earlier `with_columns` and `with_row_groups` calls chose; their
+    /// `device_memory_limit` is replaced by [`Self::with_device_memory_limit`].
+    pub fn with_options(mut self, options: ReadOptions) -> Self {
+        self.memory_limit = options.device_memory_limit.or(self.memory_limit);
+        self.options = ReadOptions { device_memory_limit: None, ..options };
+        self
+    }
+
+    /// Reads only these columns (names, dotted leaf paths or indices), in this order.
+    pub fn with_columns<I, C>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = C>,
+        C: Into<ColumnSelector>,
+    {
+        self.options = self.options.with_columns(columns);
+        self
+    }
+
+    /// Reads only the leaves `mask` includes (arrow-rs's projection), in file order.
+    pub fn with_projection(mut self, mask: &ProjectionMask) -> Self {
+        let schema = self.footer.metadata.file_metadata().schema_descr();
+        let leaves = (0..schema.num_columns()).filter(|&i| mask.leaf_included(i));
+        let paths: Vec<ColumnSelector> = leaves.map(|i| ColumnSelector::Name(schema.column(i).path().string())).collect();
+        self.options.columns = Some(paths);
+        self
+    }
+
+    /// Reads only these row groups (file indices; read in file order).
+    pub fn with_row_groups(mut self, row_groups: impl IntoIterator<Item = usize>) -> Self {
+        let mut list: Vec<usize> = row_groups.into_iter().collect();
+        list.sort_unstable();
+        self.options.row_groups = Some(list);
+        self
+    }
+
+    /// Returns at most `rows` rows in all (the last batch is cut on the
+    /// device; passes past the limit are not read).
+    pub fn with_limit(mut self, rows: usize) -> Self {
+        self.limit = Some(rows);
+        self
+    }
+
+    /// At most `rows` rows per batch. Batches are whole row groups: a row
+    /// group of more rows is a batch of its own.
+    pub fn with_batch_rows(mut self, rows: usize) -> Self {
+        self.batch_rows = Some(rows.max(1));
+        self
+    }
+
+    /// The most device memory the reader may hold at once: the pass being
+    /// decoded (its chunks, decompressed pages, scratch and the columns
+    /// being built) and the next pass's chunks being read. Tables already
+    /// returned are not counted.
+    pub fn with_device_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// Whether the next pass's chunks are read while the current pass
+    /// decodes (default `true`).
+    pub fn with_prefetch(mut self, prefetch: bool) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Plans the passes and makes the reader. Fails on anything the plan
+    /// rejects (unknown columns or row groups, a corrupt footer, a column
+    /// the GPU cannot decode) before any IO.
+    pub fn build(self) -> Result<DeviceBatchReader> {
+        let t0 = Instant::now();
+        let whole = ReadPlan::from_footer(&self.path, self.footer.clone(), &self.options)?;
+        super::can_decode(&whole)?;
+        let passes = plan_passes(&whole, self.batch_rows, self.memory_limit, self.prefetch);
+        let ctx = GpuContext::get(self.options.device)?;
+        if crate::decode::needs_nvcomp_worker(&whole, &self.options) {
+            crate::decode::isolated::prestart(&ctx);
+        }
+        let budget = self.memory_limit.map(|limit| MemoryBudget::new(&self.path, limit));
+        let streams = [ctx.new_stream_with_budget(budget.clone())?, ctx.new_stream_with_budget(budget.clone())?];
+        Ok(DeviceBatchReader {
+            path: self.path,
+            footer: self.footer,
+            options: self.options,
+            schema: whole.schema().clone(),
+            passes,
+            next: 0,
+            rows_left: self.limit,
+            prefetch: self.prefetch,
+            prefetched: None,
+            ctx,
+            streams,
+            budget,
+            planned: t0.elapsed(),
+            done: false,
+        })
+    }
+}
+
+/// Bytes of device memory a chunk's pass needs, from the footer: the chunk,
+/// its decompressed pages, and its output column (values at the type's
+/// width, 16 bytes a value for byte arrays plus their bytes, validity).
+fn chunk_estimate(c: &ChunkPlan) -> u64 {
+    let n = c.num_values;
+    let width = match c.physical_type {
+        PhysicalType::BOOLEAN => 1,
+        PhysicalType::INT32 | PhysicalType::FLOAT => 4,
+        PhysicalType::INT64 | PhysicalType::DOUBLE => 8,
+        PhysicalType::INT96 => 16,
+        PhysicalType::BYTE_ARRAY | PhysicalType::FIXED_LEN_BYTE_ARRAY => 16,
+    };
+    let strings = matches!(c.physical_type, PhysicalType::BYTE_ARRAY | PhysicalType::FIXED_LEN_BYTE_ARRAY);
+    let output = n.saturating_mul(width).saturating_add(n.div_ceil(8)).saturating_add(if strings { c.uncompressed_size } else { 0 });
+    c.len.saturating_add(c.uncompressed_size).saturating_add(output)
+}
+
+/// One pass: row groups (file indices, in order), their rows, the footer's
+/// estimate of the pass's working memory and of its chunks alone.
+#[derive(Debug, Clone)]
+struct Pass {
+    row_groups: Vec<usize>,
+    rows: u64,
+    working: u64,
+    chunks: u64,
+}
+
+/// Groups the plan's row groups into passes (see the module doc). With a
+/// memory limit and prefetch, a pass's working memory may take the limit
+/// less the largest row group's chunks (what the next pass may be reading).
+fn plan_passes(plan: &ReadPlan, batch_rows: Option<usize>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
+    let mut per_rg: Vec<Pass> = plan.row_groups().iter().map(|&rg| Pass { row_groups: vec![rg], rows: 0, working: 0, chunks: 0 }).collect();
+    for c in plan.chunks() {
+        if let Some(p) = per_rg.iter_mut().find(|p| p.row_groups[0] == c.row_group) {
+            p.rows = c.num_rows;
+            p.working = p.working.saturating_add(chunk_estimate(c));
+            p.chunks = p.chunks.saturating_add(c.len);
+        }
+    }
+    // Row groups of no rows have no chunks in the plan: nothing to read.
+    per_rg.retain(|p| p.rows > 0);
+    let largest_chunks = per_rg.iter().map(|p| p.chunks).max().unwrap_or(0);
+    let working_cap = memory_limit.map(|l| if prefetch { l.saturating_sub(largest_chunks) } else { l });
+    let mut passes: Vec<Pass> = Vec::new();
+    for rg in per_rg {
+        let fits = passes.last().is_some_and(|p| {
+            let rows_ok = batch_rows.is_none_or(|b| p.rows + rg.rows <= b as u64);
+            let mem_ok = working_cap.is_none_or(|cap| p.working.saturating_add(rg.working) <= cap);
+            rows_ok && mem_ok
+        });
+        match passes.last_mut() {
+            Some(p) if fits => {
+                p.row_groups.extend(rg.row_groups);
+                p.rows += rg.rows;
+                p.working = p.working.saturating_add(rg.working);
+                p.chunks = p.chunks.saturating_add(rg.chunks);
+            }
+            _ => passes.push(rg),
+        }
+    }
+    passes
+}
+
+/// The next pass's chunks, being read on a thread.
+struct Prefetch {
+    pass: usize,
+    handle: JoinHandle<Result<DeviceChunks>>,
+    started: Instant,
+}
+
+/// The batches of one file, one [`DeviceTable`] per pass (see
+/// [`DeviceReaderBuilder`]). An iterator of `Result<DeviceTable>`; after an
+/// error it ends.
+pub struct DeviceBatchReader {
+    path: PathBuf,
+    footer: Footer,
+    options: ReadOptions,
+    schema: SchemaRef,
+    passes: Vec<Pass>,
+    next: usize,
+    rows_left: Option<usize>,
+    prefetch: bool,
+    prefetched: Option<Prefetch>,
+    ctx: Arc<GpuContext>,
+    streams: [Arc<GpuStream>; 2],
+    budget: Option<Arc<MemoryBudget>>,
+    planned: std::time::Duration,
+    done: bool,
+}
+
+impl std::fmt::Debug for DeviceBatchReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBatchReader")
+            .field("path", &self.path)
+            .field("passes", &self.passes.len())
+            .field("next", &self.next)
+            .field("rows_left", &self.rows_left)
+            .finish()
+    }
+}
+
+impl DeviceBatchReader {
+    /// The schema of every batch.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// How many passes (batches) the selection is read in, as planned now
+    /// (a pass over the limit is split when it is read).
+    pub fn num_passes(&self) -> usize {
+        self.passes.len()
+    }
+
+    /// The row groups of each pass, as planned now.
+    pub fn pass_row_groups(&self) -> Vec<Vec<usize>> {
+        self.passes.iter().map(|p| p.row_groups.clone()).collect()
+    }
+
+    /// The most device memory the reader held at once so far (charged to its
+    /// budget), if it has a limit.
+    pub fn peak_device_memory(&self) -> Option<u64> {
+        self.budget.as_ref().map(|b| b.peak())
+    }
+
+    /// Plans pass `k` for reading (from the loaded footer).
+    fn plan_of(&self, k: usize) -> Result<ReadPlan> {
+        let options = ReadOptions { row_groups: Some(self.passes[k].row_groups.clone()), ..self.options.clone() };
+        ReadPlan::from_footer(&self.path, self.footer.clone(), &options)
+    }
+
+    /// Starts reading pass `k`'s chunks on a thread, on the stream of its parity.
+    fn start_prefetch(&mut self, k: usize) {
+        let Ok(plan) = self.plan_of(k) else { return };
+        let stream = self.streams[k % 2].clone();
+        let io = self.options.io.clone();
+        let started = Instant::now();
+        let spawned = std::thread::Builder::new()
+            .name("gpq-prefetch".into())
+            .spawn(move || read_chunks(plan, std::time::Duration::ZERO, &stream, &io));
+        if let Ok(handle) = spawned {
+            self.prefetched = Some(Prefetch { pass: k, handle, started });
+        }
+    }
+
+    /// Waits for a prefetch, if any, and drops what it read.
+    fn cancel_prefetch(&mut self) {
+        if let Some(p) = self.prefetched.take() {
+            let _ = p.handle.join();
+        }
+    }
+
+    /// Pass `k`'s chunks: the prefetched ones if they are there and were read
+    /// without error, else read now. Returns them with when their read began.
+    fn chunks_of(&mut self, k: usize) -> Result<(DeviceChunks, Instant)> {
+        if let Some(p) = self.prefetched.take() {
+            if p.pass == k {
+                if let Ok(Ok(chunks)) = p.handle.join() {
+                    return Ok((chunks, p.started));
+                }
+                // (An error there, an over-budget one say, is met again below, alone.)
+            } else {
+                let _ = p.handle.join();
+            }
+        }
+        let t0 = Instant::now();
+        let plan = self.plan_of(k)?;
+        let chunks = read_chunks(plan, t0.elapsed(), &self.streams[k % 2], &self.options.io)?;
+        Ok((chunks, t0))
+    }
+
+    /// Splits pass `k` in two (at its middle row group); false if it has one.
+    fn split(&mut self, k: usize) -> bool {
+        let p = &self.passes[k];
+        if p.row_groups.len() < 2 {
+            return false;
+        }
+        let half = p.row_groups.len() / 2;
+        let rows_of = |rgs: &[usize]| -> u64 {
+            rgs.iter().filter_map(|&rg| self.footer.metadata.row_groups().get(rg)).map(|m| m.num_rows().max(0) as u64).sum()
+        };
+        let (a, b) = p.row_groups.split_at(half);
+        let first = Pass { row_groups: a.to_vec(), rows: rows_of(a), working: p.working / 2, chunks: p.chunks / 2 };
+        let second = Pass { row_groups: b.to_vec(), rows: rows_of(b), working: p.working - p.working / 2, chunks: p.chunks - p.chunks / 2 };
+        self.passes.splice(k..=k, [first, second]);
+        true
+    }
+
+    fn next_batch(&mut self) -> Option<Result<DeviceTable>> {
+        let mut alone = false;
+        loop {
+            if self.done || self.next >= self.passes.len() || self.rows_left == Some(0) {
+                self.cancel_prefetch();
+                return None;
+            }
+            let k = self.next;
+            let (chunks, started) = match self.chunks_of(k) {
+                Ok(c) => c,
+                Err(e @ Error::OverBudget { .. }) => {
+                    if self.split(k) {
+                        continue;
+                    }
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                }
+            };
+            // The next pass's chunks are read while this one decodes, unless
+            // the rows already asked for end with this pass.
+            let more_wanted = self.rows_left.is_none_or(|left| (left as u64) > self.passes[k].rows);
+            if self.prefetch && !alone && more_wanted && k + 1 < self.passes.len() {
+                self.start_prefetch(k + 1);
+            }
+            match super::decode_chunks(&chunks, started, &self.options) {
+                Ok(mut table) => {
+                    drop(chunks);
+                    table.detach_budget();
+                    if let Some(left) = self.rows_left.as_mut() {
+                        if table.num_rows() > *left
+                            && let Err(e) = table.truncate(*left)
+                        {
+                            self.done = true;
+                            return Some(Err(e));
+                        }
+                        *left -= table.num_rows();
+                    }
+                    if k == 0 {
+                        table.add_plan_time(self.planned);
+                    }
+                    self.next += 1;
+                    return Some(Ok(table));
+                }
+                Err(e @ Error::OverBudget { .. }) => {
+                    drop(chunks);
+                    // What the next pass is reading counts against the limit
+                    // too: first try this pass alone, then in halves.
+                    let was_prefetching = self.prefetched.is_some();
+                    self.cancel_prefetch();
+                    if was_prefetching && !alone {
+                        alone = true;
+                        continue;
+                    }
+                    if self.split(k) {
+                        alone = false;
+                        continue;
+                    }
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                Err(e) => {
+                    drop(chunks);
+                    self.cancel_prefetch();
+                    self.done = true;
+                    return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for DeviceBatchReader {
+    type Item = Result<DeviceTable>;
+
+    fn next(&mut self) -> Option<Result<DeviceTable>> {
+        self.next_batch()
+    }
+}
+
+impl Drop for DeviceBatchReader {
+    fn drop(&mut self) {
+        self.cancel_prefetch();
+    }
+}

@@ -1,0 +1,191 @@
+//! The batch reader (`DeviceReaderBuilder`): batches in row and memory
+//! bounds whose concatenation is what arrow-rs reads, an exact row limit
+//! (nested columns included), arrow-rs projections, and an over-small memory
+//! limit as a typed error. Runs on a GPU or the emulator; ignored without
+//! either.
+
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+use common::{arrow_rs, assert_batches_equal, gpu_trial, probe_device, run_trials, write_sample};
+use gpq::cuda::GpuContext;
+use gpq::{DeviceReaderBuilder, Error};
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+
+fn main() -> ExitCode {
+    let device = probe_device();
+    run_trials(vec![
+        gpu_trial(&device, "batches_concatenate_to_what_arrow_rs_reads", batches_concatenate),
+        gpu_trial(&device, "row_limit_is_exact", row_limit_is_exact),
+        gpu_trial(&device, "row_limit_cuts_nested_columns", row_limit_cuts_nested_columns),
+        gpu_trial(&device, "memory_limit_bounds_every_pass", memory_limit_bounds_every_pass),
+        gpu_trial(&device, "passes_over_their_estimate_are_split", passes_over_their_estimate_are_split),
+        gpu_trial(&device, "memory_limit_too_small_is_a_typed_error", memory_limit_too_small),
+        gpu_trial(&device, "projection_masks_select_leaves", projection_masks_select_leaves),
+    ])
+}
+
+/// The batches of `reader`, copied to the host and concatenated.
+fn collect(reader: gpq::DeviceBatchReader) -> (Vec<usize>, RecordBatch) {
+    let schema = reader.schema().clone();
+    let mut rows = Vec::new();
+    let mut host = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        rows.push(batch.num_rows());
+        host.push(batch.to_record_batch().unwrap());
+    }
+    (rows, arrow::compute::concat_batches(&schema, &host).unwrap())
+}
+
+fn batches_concatenate(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    // 13 row groups: 12 of 400 rows and one of 200.
+    let path = write_sample(&dir.path().join("s.parquet"), 5000, 400, Compression::SNAPPY);
+    let expected = arrow_rs(&path).unwrap();
+    let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_batch_rows(1000).build().unwrap();
+    // Two row groups a batch, three in the last (400 + 400 + 200 rows).
+    assert_eq!(reader.num_passes(), 6, "passes {:?}", reader.pass_row_groups());
+    let (rows, got) = collect(reader);
+    assert!(rows.iter().all(|&r| r <= 1000), "batch rows {rows:?}");
+    assert_eq!(rows.iter().sum::<usize>(), 5000);
+    assert_batches_equal("batches", &expected, &got);
+    // Without prefetch, the same.
+    let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_batch_rows(1000).with_prefetch(false).build().unwrap();
+    assert_batches_equal("batches without prefetch", &expected, &collect(reader).1);
+    // Selected row groups only, in file order.
+    let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_row_groups([12, 3, 4]).with_batch_rows(1).build().unwrap();
+    assert_eq!(reader.pass_row_groups(), vec![vec![3], vec![4], vec![12]]);
+    let (rows, got) = collect(reader);
+    assert_eq!(rows, vec![400, 400, 200]);
+    let want = arrow::compute::concat_batches(&expected.schema(), &[expected.slice(1200, 800), expected.slice(4800, 200)]).unwrap();
+    assert_batches_equal("row groups 3, 4, 12", &want, &got);
+}
+
+fn row_limit_is_exact(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_sample(&dir.path().join("s.parquet"), 5000, 400, Compression::ZSTD(Default::default()));
+    let expected = arrow_rs(&path).unwrap();
+    for limit in [0, 1, 399, 400, 1234, 4999, 5000, 9000] {
+        let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_batch_rows(800).with_limit(limit).build().unwrap();
+        let (rows, got) = collect(reader);
+        let n = limit.min(5000);
+        assert_eq!(rows.iter().sum::<usize>(), n, "limit {limit}: batch rows {rows:?}");
+        // (`small` has nulls: a cut batch counts only the nulls it keeps.)
+        assert_batches_equal(&format!("limit {limit}"), &expected.slice(0, n), &got);
+    }
+}
+
+fn row_limit_cuts_nested_columns(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lists.parquet");
+    let lists: ListArray = ListArray::from_iter_primitive::<Int32Type, _, _>((0..3000).map(|i| match i % 7 {
+        0 => None,
+        k => Some((0..k).map(|j| if j == 2 { None } else { Some(i * 10 + j) }).collect::<Vec<_>>()),
+    }));
+    let ids: Int32Array = (0..3000).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int32, false),
+        Field::new("l", lists.data_type().clone(), true),
+    ]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(ids) as ArrayRef, Arc::new(lists)]).unwrap();
+    let props = WriterProperties::builder().set_max_row_group_row_count(Some(1000)).build();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let expected = arrow_rs(&path).unwrap();
+    for limit in [1, 999, 1000, 1500, 2999] {
+        let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_batch_rows(1000).with_limit(limit).build().unwrap();
+        let (_, got) = collect(reader);
+        assert_batches_equal(&format!("lists, limit {limit}"), &expected.slice(0, limit), &got);
+    }
+}
+
+fn memory_limit_bounds_every_pass(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_sample(&dir.path().join("s.parquet"), 20_000, 1000, Compression::SNAPPY);
+    let expected = arrow_rs(&path).unwrap();
+    // The whole selection in one pass, to learn its peak.
+    let one = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(u64::MAX / 2).build().unwrap();
+    assert_eq!(one.num_passes(), 1);
+    let mut one = one;
+    let table = one.next().unwrap().unwrap();
+    let whole = one.peak_device_memory().unwrap();
+    drop(table);
+    assert!(whole > 0);
+    // A quarter of that: several passes, each within the limit.
+    let limit = whole / 4;
+    let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(limit).build().unwrap();
+    let planned = reader.num_passes();
+    assert!(planned > 1, "a limit of {limit} bytes (the whole read peaks at {whole}) should take several passes");
+    let mut reader = reader;
+    let mut host = Vec::new();
+    for batch in reader.by_ref() {
+        host.push(batch.unwrap().to_record_batch().unwrap());
+    }
+    let peak = reader.peak_device_memory().unwrap();
+    eprintln!("whole read peaks at {whole} bytes; limit {limit}: {planned} passes planned, {} read, peak {peak}", host.len());
+    assert!(peak <= limit, "peak {peak} over the limit {limit}");
+    let got = arrow::compute::concat_batches(&expected.schema(), &host).unwrap();
+    assert_batches_equal("memory-bounded batches", &expected, &got);
+}
+
+/// Dictionary-encoded long strings decode to far more bytes than their pages
+/// hold, more than the footer's estimate: passes planned to fit are read
+/// again in halves, and still each within the limit.
+fn passes_over_their_estimate_are_split(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dict.parquet");
+    let values: Vec<String> = (0..3).map(|k| format!("{k}{}", "x".repeat(300))).collect();
+    let strings: arrow::array::StringArray = (0..20_000).map(|i| Some(values[i % 3].as_str())).collect();
+    let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(strings) as ArrayRef]).unwrap();
+    let props = WriterProperties::builder().set_max_row_group_row_count(Some(1000)).build();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let expected = arrow_rs(&path).unwrap();
+    let mut one = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(u64::MAX / 2).build().unwrap();
+    drop(one.next().unwrap().unwrap());
+    let whole = one.peak_device_memory().unwrap();
+    let limit = whole / 3;
+    let mut reader = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(limit).build().unwrap();
+    let planned = reader.num_passes();
+    let mut host = Vec::new();
+    for batch in reader.by_ref() {
+        host.push(batch.unwrap().to_record_batch().unwrap());
+    }
+    let peak = reader.peak_device_memory().unwrap();
+    eprintln!("whole read peaks at {whole} bytes; limit {limit}: {planned} passes planned, {} read, peak {peak}", host.len());
+    assert!(host.len() > planned, "the footer's estimate is far below what the strings decode to: passes should have been split");
+    assert!(peak <= limit, "peak {peak} over the limit {limit}");
+    assert_batches_equal("split passes", &expected, &arrow::compute::concat_batches(&expected.schema(), &host).unwrap());
+}
+
+fn memory_limit_too_small(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_sample(&dir.path().join("s.parquet"), 4000, 1000, Compression::SNAPPY);
+    let mut reader = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(4096).build().unwrap();
+    match reader.next() {
+        Some(Err(Error::OverBudget { budget, .. })) => assert_eq!(budget, 4096),
+        other => panic!("expected OverBudget, got {:?}", other.map(|r| r.map(|t| t.num_rows()))),
+    }
+    assert!(reader.next().is_none(), "the reader ends after an error");
+}
+
+fn projection_masks_select_leaves(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_sample(&dir.path().join("s.parquet"), 3000, 1000, Compression::SNAPPY);
+    let expected = arrow_rs(&path).unwrap();
+    let builder = DeviceReaderBuilder::try_new(&path).unwrap();
+    let mask = ProjectionMask::leaves(builder.footer().metadata.file_metadata().schema_descr(), [3, 0]);
+    let (_, got) = collect(builder.with_projection(&mask).build().unwrap());
+    let want = expected.project(&[0, 3]).unwrap();
+    assert_batches_equal("leaves 0 and 3", &want, &got);
+}
