@@ -39,6 +39,17 @@ pub struct ReadArgs {
     /// Decompressor: auto (nvCOMP where possible), nvcomp, or cpu (default: GPQ_DECOMPRESS, else auto).
     #[arg(long)]
     pub decompress: Option<String>,
+    /// Read in batches of at most this many rows (whole row groups), through the batch reader.
+    #[arg(long)]
+    pub batch_rows: Option<usize>,
+    /// Read in batches that keep the reader's device memory under this size
+    /// (e.g. 1GiB), through the batch reader; the peak is reported.
+    #[arg(long, value_parser = parse_size_arg)]
+    pub memory_limit: Option<u64>,
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    gpq::options::parse_size(s).ok_or_else(|| format!("not a size: {s:?} (e.g. 512MiB, 1GiB)"))
 }
 
 pub fn options_from(args: &ReadArgs) -> gpq::Result<ReadOptions> {
@@ -102,6 +113,9 @@ pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
 }
 
 fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
+    if args.batch_rows.is_some() || args.memory_limit.is_some() {
+        return run_batches(args);
+    }
     let options = options_from(args)?;
     let mut failed = false;
     let files = gpq::parquet_files(&args.path)?;
@@ -188,4 +202,56 @@ pub fn arrow_rs_read(file: &Path, options: &ReadOptions) -> gpq::Result<arrow::a
         })
         .collect::<gpq::Result<Vec<_>>>()?;
     Ok(arrow::array::RecordBatch::try_new(plan.schema().clone(), cols)?)
+}
+
+/// `gpq read --batch-rows/--memory-limit`: each file through the batch
+/// reader, every batch freed before the next (a consumer that keeps none).
+fn run_batches(args: &ReadArgs) -> gpq::Result<ExitCode> {
+    let options = options_from(args)?;
+    let mut failed = false;
+    for file in gpq::parquet_files(&args.path)? {
+        let mut walls = Vec::new();
+        let mut last = None;
+        for _ in 0..args.repeat.max(1) {
+            let t = std::time::Instant::now();
+            let mut builder = gpq::DeviceReaderBuilder::try_new(&file)?.with_options(options.clone());
+            if let Some(r) = args.batch_rows {
+                builder = builder.with_batch_rows(r);
+            }
+            if let Some(m) = args.memory_limit {
+                builder = builder.with_device_memory_limit(m);
+            }
+            let mut reader = builder.build()?;
+            let (mut batches, mut rows, mut decoded) = (0usize, 0usize, 0u64);
+            let mut host = Vec::new();
+            for batch in reader.by_ref() {
+                let batch = batch?;
+                batches += 1;
+                rows += batch.num_rows();
+                decoded += batch.device_bytes();
+                if args.verify {
+                    host.push(batch.to_record_batch()?);
+                }
+            }
+            walls.push(t.elapsed().as_secs_f64());
+            last = Some((batches, rows, decoded, reader.peak_device_memory(), reader.schema().clone(), host));
+        }
+        let Some((batches, rows, decoded, peak, schema, host)) = last else { continue };
+        let med = median(&mut walls);
+        println!("{}", file.display());
+        println!("  batches:       {batches} ({rows} rows)");
+        println!("  wall:          {:.2} ms (median of {}), {:.2} GB/s decoded ({})", med * 1e3, walls.len(), decoded as f64 / med / 1e9, human_bytes(decoded));
+        match (peak, args.memory_limit) {
+            (Some(p), Some(l)) => println!("  device memory: peak {} of the {} limit", human_bytes(p), human_bytes(l)),
+            _ => println!("  device memory: no limit"),
+        }
+        if args.verify {
+            let got = arrow::compute::concat_batches(&schema, &host)?;
+            let expected = arrow_rs_read(&file, &options)?;
+            let same = got.num_rows() == expected.num_rows() && got.columns().iter().zip(expected.columns()).all(|(a, b)| a == b);
+            println!("  verify:        {}", if same { "equal to arrow-rs" } else { "DIFFERS from arrow-rs" });
+            failed |= !same;
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
