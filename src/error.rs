@@ -251,6 +251,17 @@ pub enum Error {
         budget: u64,
     },
 
+    /// A file of a multi-file read selects other columns or types than the first.
+    #[error("{}: its schema {found} differs from {expected} of the first file", file.display())]
+    SchemaMismatch {
+        /// The file that differs.
+        file: PathBuf,
+        /// The first file's selected schema.
+        expected: String,
+        /// This file's.
+        found: String,
+    },
+
     /// An internal invariant did not hold: a bug in gpq, please report it.
     #[error("internal error in gpq: {0}")]
     Internal(String),
@@ -301,6 +312,7 @@ impl Error {
             Error::BackendMismatch { .. } => "backend-mismatch",
             Error::GpuContextLost { .. } => "gpu-context-lost",
             Error::OverBudget { .. } => "over-budget",
+            Error::SchemaMismatch { .. } => "schema-mismatch",
             Error::Internal(_) => "internal",
             Error::Arrow(_) => "arrow",
         }

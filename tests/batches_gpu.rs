@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "passes_over_their_estimate_are_split", passes_over_their_estimate_are_split),
         gpu_trial(&device, "memory_limit_too_small_is_a_typed_error", memory_limit_too_small),
         gpu_trial(&device, "projection_masks_select_leaves", projection_masks_select_leaves),
+        gpu_trial(&device, "several_files_are_one_sequence", several_files_are_one_sequence),
     ])
 }
 
@@ -188,4 +189,44 @@ fn projection_masks_select_leaves(_: &Arc<GpuContext>) {
     let (_, got) = collect(builder.with_projection(&mask).build().unwrap());
     let want = expected.project(&[0, 3]).unwrap();
     assert_batches_equal("leaves 0 and 3", &want, &got);
+}
+
+fn several_files_are_one_sequence(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    let mut expected = Vec::new();
+    for (i, rows) in [700usize, 1, 2500, 1200].into_iter().enumerate() {
+        let p = write_sample(&dir.path().join(format!("part-{i}.parquet")), rows, 500, Compression::SNAPPY);
+        expected.push(arrow_rs(&p).unwrap());
+        paths.push(p);
+    }
+    let want = arrow::compute::concat_batches(&expected[0].schema(), &expected).unwrap();
+    let files = gpq::parquet_files(dir.path()).unwrap();
+    assert_eq!(files, paths, "a folder's files in name order");
+    let reader = DeviceReaderBuilder::try_new_files(&files).unwrap().with_batch_rows(1000).build().unwrap();
+    // Passes never span files: 700 | 1 | 1000, 1000, 500 | 1000, 200.
+    assert_eq!(reader.pass_files(), vec![0, 1, 2, 2, 2, 3, 3]);
+    let (rows, got) = collect(reader);
+    assert_eq!(rows, vec![700, 1, 1000, 1000, 500, 1000, 200]);
+    assert_batches_equal("four files", &want, &got);
+    // A limit across files.
+    let reader = DeviceReaderBuilder::try_new_files(&files).unwrap().with_limit(1800).build().unwrap();
+    assert_batches_equal("four files, 1800 rows", &want.slice(0, 1800), &collect(reader).1);
+    // Row groups are for one file; a file of other columns is a typed error.
+    assert!(matches!(DeviceReaderBuilder::try_new_files(&files).unwrap().with_row_groups([0]).build(), Err(Error::InvalidOptions(_))));
+    let other = dir.path().join("zz-other.parquet");
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)])),
+        vec![Arc::new(Int32Array::from(vec![1, 2, 3])) as ArrayRef],
+    )
+    .unwrap();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&other).unwrap(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let mut with_other = files.clone();
+    with_other.push(other.clone());
+    match DeviceReaderBuilder::try_new_files(&with_other).unwrap().build() {
+        Err(Error::SchemaMismatch { file, .. }) => assert_eq!(file, other),
+        other => panic!("expected SchemaMismatch, got {:?}", other.map(|r| r.num_passes())),
+    }
 }

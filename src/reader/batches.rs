@@ -10,6 +10,10 @@
 //! [`DeviceTable`] per pass; while the GPU decodes a pass, a thread reads the
 //! next pass's chunks into device memory on a second stream.
 //!
+//! Several files ([`DeviceReaderBuilder::try_new_files`], a directory's
+//! files say) are one sequence of passes: the first pass of the next file is
+//! read while the last one of the current file decodes.
+//!
 //! The limit is enforced, not only planned for: every allocation of the
 //! reader's streams is charged to one [`MemoryBudget`] shared by both, and
 //! one over it fails with [`Error::OverBudget`] before the driver is asked. A
@@ -52,8 +56,8 @@ use crate::plan::{ChunkPlan, Footer, ReadPlan, read_footer};
 /// ```
 #[derive(Debug, Clone)]
 pub struct DeviceReaderBuilder {
-    path: PathBuf,
-    footer: Footer,
+    /// The files and their footers, in reading order (at least one).
+    files: Vec<(PathBuf, Footer)>,
     options: ReadOptions,
     limit: Option<usize>,
     batch_rows: Option<usize>,
@@ -68,11 +72,30 @@ impl DeviceReaderBuilder {
         Ok(Self::new_with_footer(path, footer))
     }
 
+    /// A builder over several files read as one sequence of batches (their
+    /// selected columns must have one schema). The footers are read here, on
+    /// several threads.
+    pub fn try_new_files<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Result<DeviceReaderBuilder> {
+        let paths: Vec<PathBuf> = paths.into_iter().map(|p| p.as_ref().to_path_buf()).collect();
+        if paths.is_empty() {
+            return Err(Error::InvalidOptions("no files to read".into()));
+        }
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 16).min(paths.len());
+        let per = paths.len().div_ceil(threads);
+        let footers: Vec<Result<Footer>> = std::thread::scope(|s| {
+            let handles: Vec<_> = paths.chunks(per).map(|part| s.spawn(move || part.iter().map(|p| read_footer(p)).collect::<Vec<_>>())).collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|_| vec![Err(Error::Internal("a footer thread panicked".into()))])).collect()
+        });
+        let files = paths.into_iter().zip(footers).map(|(p, f)| f.map(|f| (p, f))).collect::<Result<Vec<_>>>()?;
+        let mut b = Self::new_with_footer(&files[0].0, files[0].1.clone());
+        b.files = files;
+        Ok(b)
+    }
+
     /// A builder over a footer already loaded (see [`crate::read_footer`]).
     pub fn new_with_footer(path: impl AsRef<Path>, footer: Footer) -> DeviceReaderBuilder {
         DeviceReaderBuilder {
-            path: path.as_ref().to_path_buf(),
-            footer,
+            files: vec![(path.as_ref().to_path_buf(), footer)],
             options: ReadOptions::default(),
             limit: None,
             batch_rows: None,
@@ -81,9 +104,9 @@ impl DeviceReaderBuilder {
         }
     }
 
-    /// The file's footer.
+    /// The (first) file's footer.
     pub fn footer(&self) -> &Footer {
-        &self.footer
+        &self.files[0].1
     }
 
     /// Read options for every pass: IO path, device, decompression, checks,
@@ -108,14 +131,15 @@ impl DeviceReaderBuilder {
 
     /// Reads only the leaves `mask` includes (arrow-rs's projection), in file order.
     pub fn with_projection(mut self, mask: &ProjectionMask) -> Self {
-        let schema = self.footer.metadata.file_metadata().schema_descr();
+        let schema = self.files[0].1.metadata.file_metadata().schema_descr();
         let leaves = (0..schema.num_columns()).filter(|&i| mask.leaf_included(i));
         let paths: Vec<ColumnSelector> = leaves.map(|i| ColumnSelector::Name(schema.column(i).path().string())).collect();
         self.options.columns = Some(paths);
         self
     }
 
-    /// Reads only these row groups (file indices; read in file order).
+    /// Reads only these row groups (file indices; read in file order). For
+    /// one file only: a multi-file reader with row groups fails to build.
     pub fn with_row_groups(mut self, row_groups: impl IntoIterator<Item = usize>) -> Self {
         let mut list: Vec<usize> = row_groups.into_iter().collect();
         list.sort_unstable();
@@ -158,20 +182,46 @@ impl DeviceReaderBuilder {
     /// the GPU cannot decode) before any IO.
     pub fn build(self) -> Result<DeviceBatchReader> {
         let t0 = Instant::now();
-        let whole = ReadPlan::from_footer(&self.path, self.footer.clone(), &self.options)?;
-        super::can_decode(&whole)?;
-        let passes = plan_passes(&whole, self.batch_rows, self.memory_limit, self.prefetch);
+        if self.files.len() > 1 && self.options.row_groups.is_some() {
+            return Err(Error::InvalidOptions("row groups select within one file; this reader has several".into()));
+        }
         let ctx = GpuContext::get(self.options.device)?;
-        if crate::decode::needs_nvcomp_worker(&whole, &self.options) {
+        let mut passes = Vec::new();
+        let mut schema: Option<SchemaRef> = None;
+        let mut worker = false;
+        for (fi, (path, footer)) in self.files.iter().enumerate() {
+            let plan = ReadPlan::from_footer(path, footer.clone(), &self.options)?;
+            super::can_decode(&plan)?;
+            match &schema {
+                None => schema = Some(plan.schema().clone()),
+                Some(first) if first.fields() != plan.schema().fields() => {
+                    return Err(Error::SchemaMismatch {
+                        file: path.clone(),
+                        expected: format!("{:?}", first.fields()),
+                        found: format!("{:?}", plan.schema().fields()),
+                    });
+                }
+                Some(_) => {}
+            }
+            worker |= crate::decode::needs_nvcomp_worker(&plan, &self.options);
+            passes.extend(plan_passes(&plan, self.batch_rows, self.memory_limit, self.prefetch).into_iter().map(|p| Pass { file: fi, ..p }));
+        }
+        let schema = schema.ok_or_else(|| Error::Internal("a reader without files".into()))?;
+        if worker {
             crate::decode::isolated::prestart(&ctx);
         }
-        let budget = self.memory_limit.map(|limit| MemoryBudget::new(&self.path, limit));
+        // Errors name the file; a reader of several names the first one's folder.
+        let named = match self.files.as_slice() {
+            [(p, _)] => p.clone(),
+            [(p, _), ..] => p.parent().map(Path::to_path_buf).unwrap_or_else(|| p.clone()),
+            [] => PathBuf::new(),
+        };
+        let budget = self.memory_limit.map(|limit| MemoryBudget::new(&named, limit));
         let streams = [ctx.new_stream_with_budget(budget.clone())?, ctx.new_stream_with_budget(budget.clone())?];
         Ok(DeviceBatchReader {
-            path: self.path,
-            footer: self.footer,
+            files: self.files,
             options: self.options,
-            schema: whole.schema().clone(),
+            schema,
             passes,
             next: 0,
             rows_left: self.limit,
@@ -207,6 +257,8 @@ fn chunk_estimate(c: &ChunkPlan) -> u64 {
 /// estimate of the pass's working memory and of its chunks alone.
 #[derive(Debug, Clone)]
 struct Pass {
+    /// Index into the reader's files.
+    file: usize,
     row_groups: Vec<usize>,
     rows: u64,
     working: u64,
@@ -217,7 +269,7 @@ struct Pass {
 /// memory limit and prefetch, a pass's working memory may take the limit
 /// less the largest row group's chunks (what the next pass may be reading).
 fn plan_passes(plan: &ReadPlan, batch_rows: Option<usize>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
-    let mut per_rg: Vec<Pass> = plan.row_groups().iter().map(|&rg| Pass { row_groups: vec![rg], rows: 0, working: 0, chunks: 0 }).collect();
+    let mut per_rg: Vec<Pass> = plan.row_groups().iter().map(|&rg| Pass { file: 0, row_groups: vec![rg], rows: 0, working: 0, chunks: 0 }).collect();
     for c in plan.chunks() {
         if let Some(p) = per_rg.iter_mut().find(|p| p.row_groups[0] == c.row_group) {
             p.rows = c.num_rows;
@@ -260,8 +312,7 @@ struct Prefetch {
 /// [`DeviceReaderBuilder`]). An iterator of `Result<DeviceTable>`; after an
 /// error it ends.
 pub struct DeviceBatchReader {
-    path: PathBuf,
-    footer: Footer,
+    files: Vec<(PathBuf, Footer)>,
     options: ReadOptions,
     schema: SchemaRef,
     passes: Vec<Pass>,
@@ -279,7 +330,7 @@ pub struct DeviceBatchReader {
 impl std::fmt::Debug for DeviceBatchReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBatchReader")
-            .field("path", &self.path)
+            .field("files", &self.files.len())
             .field("passes", &self.passes.len())
             .field("next", &self.next)
             .field("rows_left", &self.rows_left)
@@ -304,6 +355,11 @@ impl DeviceBatchReader {
         self.passes.iter().map(|p| p.row_groups.clone()).collect()
     }
 
+    /// The file of each pass (an index into the files given), as planned now.
+    pub fn pass_files(&self) -> Vec<usize> {
+        self.passes.iter().map(|p| p.file).collect()
+    }
+
     /// The most device memory the reader held at once so far (charged to its
     /// budget), if it has a limit.
     pub fn peak_device_memory(&self) -> Option<u64> {
@@ -313,7 +369,8 @@ impl DeviceBatchReader {
     /// Plans pass `k` for reading (from the loaded footer).
     fn plan_of(&self, k: usize) -> Result<ReadPlan> {
         let options = ReadOptions { row_groups: Some(self.passes[k].row_groups.clone()), ..self.options.clone() };
-        ReadPlan::from_footer(&self.path, self.footer.clone(), &options)
+        let (path, footer) = &self.files[self.passes[k].file];
+        ReadPlan::from_footer(path, footer.clone(), &options)
     }
 
     /// Starts reading pass `k`'s chunks on a thread, on the stream of its parity.
@@ -363,12 +420,19 @@ impl DeviceBatchReader {
             return false;
         }
         let half = p.row_groups.len() / 2;
+        let footer = &self.files[p.file].1;
         let rows_of = |rgs: &[usize]| -> u64 {
-            rgs.iter().filter_map(|&rg| self.footer.metadata.row_groups().get(rg)).map(|m| m.num_rows().max(0) as u64).sum()
+            rgs.iter().filter_map(|&rg| footer.metadata.row_groups().get(rg)).map(|m| m.num_rows().max(0) as u64).sum()
         };
         let (a, b) = p.row_groups.split_at(half);
-        let first = Pass { row_groups: a.to_vec(), rows: rows_of(a), working: p.working / 2, chunks: p.chunks / 2 };
-        let second = Pass { row_groups: b.to_vec(), rows: rows_of(b), working: p.working - p.working / 2, chunks: p.chunks - p.chunks / 2 };
+        let first = Pass { file: p.file, row_groups: a.to_vec(), rows: rows_of(a), working: p.working / 2, chunks: p.chunks / 2 };
+        let second = Pass {
+            file: p.file,
+            row_groups: b.to_vec(),
+            rows: rows_of(b),
+            working: p.working - p.working / 2,
+            chunks: p.chunks - p.chunks / 2,
+        };
         self.passes.splice(k..=k, [first, second]);
         true
     }
