@@ -21,6 +21,13 @@
 //! halves (a pass of one row group that does not fit is the error). A
 //! table, once returned, is the caller's: its buffers no longer count
 //! against the limit.
+//!
+//! Failures end the iteration with a typed error, after the cleanup
+//! [`crate::read_parquet_to_device`] does (a lost context reset, the memory
+//! pool trimmed). One is recovered from as there: when nvCOMP never finishes
+//! on a pass (possible only with `skip_compressed_page_checks`), its context
+//! is abandoned and the reader goes on, that pass included, with CPU
+//! decompression.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,7 +42,7 @@ use crate::arrow::DeviceTable;
 use crate::cuda::{GpuContext, GpuStream, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::io::{DeviceChunks, read_chunks};
-use crate::options::{ColumnSelector, ReadOptions};
+use crate::options::{ColumnSelector, DecompressMode, ReadOptions};
 use crate::plan::{ChunkPlan, Footer, ReadPlan, read_footer};
 
 /// Builds a [`DeviceBatchReader`] over one Parquet file, in the manner of
@@ -232,6 +239,7 @@ impl DeviceReaderBuilder {
             budget,
             planned: t0.elapsed(),
             done: false,
+            hung: false,
         })
     }
 }
@@ -325,6 +333,8 @@ pub struct DeviceBatchReader {
     budget: Option<Arc<MemoryBudget>>,
     planned: std::time::Duration,
     done: bool,
+    /// nvCOMP hung on an earlier pass (the reader went on decompressing on the CPU).
+    hung: bool,
 }
 
 impl std::fmt::Debug for DeviceBatchReader {
@@ -504,11 +514,44 @@ impl DeviceBatchReader {
                 Err(e) => {
                     drop(chunks);
                     self.cancel_prefetch();
+                    let e = super::after_failure(&self.ctx, &self.streams[k % 2], e);
+                    // nvCOMP never finished on this pass: its context was
+                    // abandoned for a fresh one; the rest of the file is read
+                    // with CPU decompression, whose verdict on the pass stands.
+                    if let Error::GpuContextLost { call: crate::cuda::DEADLINE, recovered: true, detail, .. } = &e
+                        && self.options.decompress != DecompressMode::Cpu
+                    {
+                        tracing::warn!(file = %self.files[self.passes[k].file].0.display(), %detail, "nvCOMP hung; reading on with CPU decompression");
+                        match self.renew_context() {
+                            Ok(()) => {
+                                self.options.decompress = DecompressMode::Cpu;
+                                self.hung = true;
+                                continue;
+                            }
+                            Err(again) => {
+                                self.done = true;
+                                return Some(Err(again));
+                            }
+                        }
+                    }
                     self.done = true;
-                    return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                    return Some(Err(match e {
+                        Error::CorruptPage { file, row_group, column, page, kind, detail } if self.hung => {
+                            Error::CorruptPage { file, row_group, column, page, kind, detail: format!("{detail}; {}", super::NVCOMP_HUNG) }
+                        }
+                        other => other,
+                    }));
                 }
             }
         }
+    }
+
+    /// A fresh context and streams after the old context was abandoned.
+    fn renew_context(&mut self) -> Result<()> {
+        let ctx = GpuContext::get(self.options.device)?;
+        self.streams = [ctx.new_stream_with_budget(self.budget.clone())?, ctx.new_stream_with_budget(self.budget.clone())?];
+        self.ctx = ctx;
+        Ok(())
     }
 }
 
