@@ -189,6 +189,11 @@ fn projection_masks_select_leaves(_: &Arc<GpuContext>) {
     let (_, got) = collect(builder.with_projection(&mask).build().unwrap());
     let want = expected.project(&[0, 3]).unwrap();
     assert_batches_equal("leaves 0 and 3", &want, &got);
+    // No columns at all (arrow-rs's pattern for counting rows): the rows still count.
+    let builder = DeviceReaderBuilder::try_new(&path).unwrap();
+    let none = ProjectionMask::none(builder.footer().metadata.file_metadata().schema_descr().num_columns());
+    let (rows, got) = collect(builder.with_projection(&none).with_batch_rows(1000).build().unwrap());
+    assert_eq!((rows, got.num_columns()), (vec![1000, 1000, 1000], 0));
 }
 
 fn several_files_are_one_sequence(_: &Arc<GpuContext>) {

@@ -169,6 +169,26 @@ impl DeviceBuffer {
         Ok(DeviceBuffer { ptr, len, alloc: Alloc::Plain, ctx: ctx.clone(), budget: None })
     }
 
+    /// [`Self::alloc_plain`] charged to the budget `stream` carries, if any.
+    pub fn alloc_plain_for(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
+        let budget = stream.budget().filter(|_| len > 0);
+        if let Some(b) = budget {
+            b.charge(len, what)?;
+        }
+        match Self::alloc_plain(stream.context(), len, what) {
+            Ok(mut buf) => {
+                buf.budget = budget.cloned();
+                Ok(buf)
+            }
+            Err(e) => {
+                if let Some(b) = budget {
+                    b.release(len);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Allocates and copies `data` in, ordered on `stream` (synchronous with respect to `data`).
     pub fn from_host(stream: &Arc<GpuStream>, data: &[u8], what: &'static str) -> Result<DeviceBuffer> {
         let buf = Self::alloc(stream, data.len() as u64, what)?;

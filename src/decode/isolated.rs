@@ -346,16 +346,20 @@ impl Lease {
         let mut body = vec![0u8; 16 * failed];
         read_exact_by(&mut worker.from, &mut body, until)?;
         if failed > 0 {
-            let at = |k: usize, o: usize| &body[16 * k + o..16 * k + o + 4];
-            let first = u32::from_le_bytes(at(0, 0).try_into().unwrap()) as usize;
-            let first_status = i32::from_le_bytes(at(0, 4).try_into().unwrap());
-            let first_size = u64::from_le_bytes(body[8..16].try_into().unwrap());
-            let rejected = (0..failed).filter(|&k| i32::from_le_bytes(at(k, 4).try_into().unwrap()) != 0).count();
-            return Err(if first_status != 0 || rejected > 0 {
-                format!("nvCOMP in the worker rejected {rejected} of {n} pages (first: {})", nvcomp::status_name(first_status))
-            } else {
-                let promised = layout.output_lens.get(first).copied().unwrap_or(0);
-                format!("nvCOMP {codec:?} in the worker decompressed a page to {first_size} bytes, its header says {promised}")
+            let entry = |k: usize| {
+                let e = &body[16 * k..16 * (k + 1)];
+                let index = u32::from_le_bytes(e[0..4].try_into().unwrap()) as usize;
+                (index, i32::from_le_bytes(e[4..8].try_into().unwrap()), u64::from_le_bytes(e[8..16].try_into().unwrap()))
+            };
+            let rejected: Vec<_> = (0..failed).map(entry).filter(|&(_, status, _)| status != 0).collect();
+            return Err(match (rejected.first(), entry(0)) {
+                (Some(&(_, status, _)), _) => {
+                    format!("nvCOMP in the worker rejected {} of {n} pages (first: {})", rejected.len(), nvcomp::status_name(status))
+                }
+                (None, (index, _, size)) => {
+                    let promised = layout.output_lens.get(index).copied().unwrap_or(0);
+                    format!("nvCOMP {codec:?} in the worker decompressed a page to {size} bytes, its header says {promised}")
+                }
             });
         }
         // On success the text is the worker's times in microseconds: all, and nvCOMP's part.
@@ -642,6 +646,11 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
             let (slots, end) = layout.slots();
             if end > m.len {
                 return Err("the batch does not fit the exchange buffer".into());
+            }
+            // The reader chose the skews by its nvCOMP's alignment; this one's must agree.
+            let align = lib.alignments(codec)?.input.max(1) as u64;
+            if slots.iter().any(|s| (m.base + s.input) % align != 0) {
+                return Err(format!("a page's input is not aligned to the {align} bytes nvCOMP needs"));
             }
             let mut host: Vec<u64> = Vec::with_capacity(4 * n);
             host.extend(slots.iter().map(|s| m.base + s.input));

@@ -106,7 +106,7 @@ pub fn read_chunks(plan: ReadPlan, plan_time: Duration, stream: &Arc<GpuStream>,
         }
         IoPath::Gds | IoPath::CufileCompat => {
             let mode = if io_path == IoPath::Gds { cufile::Mode::Gds } else { cufile::Mode::Compat };
-            let buf = DeviceBuffer::alloc_plain(&ctx, layout.device_bytes, "column chunks")?;
+            let buf = DeviceBuffer::alloc_plain_for(stream, layout.device_bytes, "column chunks")?;
             let n = cufile::read(&ctx, path, layout, &buf, threads, mode)?;
             (buf, mode == cufile::Mode::Gds, n)
         }

@@ -16,7 +16,9 @@
 //!
 //! The limit is enforced, not only planned for: every allocation of the
 //! reader's streams is charged to one [`MemoryBudget`] shared by both, and
-//! one over it fails with [`Error::OverBudget`] before the driver is asked. A
+//! one over it fails with [`Error::OverBudget`] before the driver is asked
+//! (not charged: the nvCOMP worker's exchange buffer, see
+//! `decode::isolated`, and the worker's own memory). A
 //! pass whose real needs exceed the footer's estimate is read again in two
 //! halves (a pass of one row group that does not fit is the error). A
 //! table, once returned, is the caller's: its buffers no longer count
@@ -201,7 +203,7 @@ impl DeviceReaderBuilder {
             super::can_decode(&plan)?;
             match &schema {
                 None => schema = Some(plan.schema().clone()),
-                Some(first) if first.fields() != plan.schema().fields() => {
+                Some(first) if !same_columns(first, plan.schema()) => {
                     return Err(Error::SchemaMismatch {
                         file: path.clone(),
                         expected: format!("{:?}", first.fields()),
@@ -239,9 +241,16 @@ impl DeviceReaderBuilder {
             budget,
             planned: t0.elapsed(),
             done: false,
-            hung: false,
+            hung: None,
         })
     }
+}
+
+/// Whether two selections have the same columns: names, types and
+/// nullability (field metadata, such as writers' field ids, may differ).
+fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type() && x.is_nullable() == y.is_nullable())
 }
 
 /// Bytes of device memory a chunk's pass needs, from the footer: the chunk,
@@ -274,27 +283,44 @@ struct Pass {
 }
 
 /// Groups the plan's row groups into passes (see the module doc). With a
-/// memory limit and prefetch, a pass's working memory may take the limit
-/// less the largest row group's chunks (what the next pass may be reading).
+/// memory limit and prefetch, a pass's working memory and its own chunks
+/// (standing for the next pass's, which it is read beside) fit the limit.
 fn plan_passes(plan: &ReadPlan, batch_rows: Option<usize>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
-    let mut per_rg: Vec<Pass> = plan.row_groups().iter().map(|&rg| Pass { file: 0, row_groups: vec![rg], rows: 0, working: 0, chunks: 0 }).collect();
+    // Rows from the footer, so that a selection of no columns still counts them.
+    let rg_meta = plan.metadata().row_groups();
+    let mut per_rg: Vec<Pass> = plan
+        .row_groups()
+        .iter()
+        .map(|&rg| Pass {
+            file: 0,
+            row_groups: vec![rg],
+            rows: rg_meta.get(rg).map_or(0, |m| m.num_rows().max(0) as u64),
+            working: 0,
+            chunks: 0,
+        })
+        .collect();
+    let index: std::collections::HashMap<usize, usize> = plan.row_groups().iter().enumerate().map(|(i, &rg)| (rg, i)).collect();
     for c in plan.chunks() {
-        if let Some(p) = per_rg.iter_mut().find(|p| p.row_groups[0] == c.row_group) {
-            p.rows = c.num_rows;
+        if let Some(p) = index.get(&c.row_group).map(|&i| &mut per_rg[i]) {
             p.working = p.working.saturating_add(chunk_estimate(c));
             p.chunks = p.chunks.saturating_add(c.len);
         }
     }
-    // Row groups of no rows have no chunks in the plan: nothing to read.
+    // Row groups of no rows have nothing to read.
     per_rg.retain(|p| p.rows > 0);
-    let largest_chunks = per_rg.iter().map(|p| p.chunks).max().unwrap_or(0);
-    let working_cap = memory_limit.map(|l| if prefetch { l.saturating_sub(largest_chunks) } else { l });
+    let need = |p: &Pass| if prefetch { p.working.saturating_add(p.chunks) } else { p.working };
     let mut passes: Vec<Pass> = Vec::new();
     for rg in per_rg {
         let fits = passes.last().is_some_and(|p| {
             let rows_ok = batch_rows.is_none_or(|b| p.rows + rg.rows <= b as u64);
-            let mem_ok = working_cap.is_none_or(|cap| p.working.saturating_add(rg.working) <= cap);
-            rows_ok && mem_ok
+            let merged = Pass {
+                file: p.file,
+                row_groups: Vec::new(),
+                rows: 0,
+                working: p.working.saturating_add(rg.working),
+                chunks: p.chunks.saturating_add(rg.chunks),
+            };
+            rows_ok && memory_limit.is_none_or(|l| need(&merged) <= l)
         });
         match passes.last_mut() {
             Some(p) if fits => {
@@ -333,8 +359,8 @@ pub struct DeviceBatchReader {
     budget: Option<Arc<MemoryBudget>>,
     planned: std::time::Duration,
     done: bool,
-    /// nvCOMP hung on an earlier pass (the reader went on decompressing on the CPU).
-    hung: bool,
+    /// The pass nvCOMP hung on, if it did (the reader went on decompressing on the CPU).
+    hung: Option<usize>,
 }
 
 impl std::fmt::Debug for DeviceBatchReader {
@@ -448,7 +474,6 @@ impl DeviceBatchReader {
     }
 
     fn next_batch(&mut self) -> Option<Result<DeviceTable>> {
-        let mut alone = false;
         loop {
             if self.done || self.next >= self.passes.len() || self.rows_left == Some(0) {
                 self.cancel_prefetch();
@@ -457,14 +482,11 @@ impl DeviceBatchReader {
             let k = self.next;
             let (chunks, started) = match self.chunks_of(k) {
                 Ok(c) => c,
-                Err(e @ Error::OverBudget { .. }) => {
-                    if self.split(k) {
+                Err(e) => {
+                    // Chunks over the limit: the pass in halves, if it has two.
+                    if matches!(e, Error::OverBudget { .. }) && self.split(k) {
                         continue;
                     }
-                    self.done = true;
-                    return Some(Err(e));
-                }
-                Err(e) => {
                     self.done = true;
                     return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
                 }
@@ -472,19 +494,26 @@ impl DeviceBatchReader {
             // The next pass's chunks are read while this one decodes, unless
             // the rows already asked for end with this pass.
             let more_wanted = self.rows_left.is_none_or(|left| (left as u64) > self.passes[k].rows);
-            if self.prefetch && !alone && more_wanted && k + 1 < self.passes.len() {
+            if self.prefetch && more_wanted && k + 1 < self.passes.len() {
                 self.start_prefetch(k + 1);
             }
-            match super::decode_chunks(&chunks, started, &self.options) {
+            let mut decoded = super::decode_chunks(&chunks, started, &self.options);
+            if matches!(decoded, Err(Error::OverBudget { .. })) && self.prefetched.is_some() {
+                // What the next pass is reading counts against the limit too:
+                // without it, this pass again from the chunks it has.
+                self.cancel_prefetch();
+                decoded = super::decode_chunks(&chunks, started, &self.options);
+            }
+            drop(chunks);
+            match decoded {
                 Ok(mut table) => {
-                    drop(chunks);
                     table.detach_budget();
                     if let Some(left) = self.rows_left.as_mut() {
                         if table.num_rows() > *left
                             && let Err(e) = table.truncate(*left)
                         {
                             self.done = true;
-                            return Some(Err(e));
+                            return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
                         }
                         *left -= table.num_rows();
                     }
@@ -495,24 +524,14 @@ impl DeviceBatchReader {
                     return Some(Ok(table));
                 }
                 Err(e @ Error::OverBudget { .. }) => {
-                    drop(chunks);
-                    // What the next pass is reading counts against the limit
-                    // too: first try this pass alone, then in halves.
-                    let was_prefetching = self.prefetched.is_some();
                     self.cancel_prefetch();
-                    if was_prefetching && !alone {
-                        alone = true;
-                        continue;
-                    }
                     if self.split(k) {
-                        alone = false;
                         continue;
                     }
                     self.done = true;
-                    return Some(Err(e));
+                    return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
                 }
                 Err(e) => {
-                    drop(chunks);
                     self.cancel_prefetch();
                     let e = super::after_failure(&self.ctx, &self.streams[k % 2], e);
                     // nvCOMP never finished on this pass: its context was
@@ -525,7 +544,7 @@ impl DeviceBatchReader {
                         match self.renew_context() {
                             Ok(()) => {
                                 self.options.decompress = DecompressMode::Cpu;
-                                self.hung = true;
+                                self.hung = Some(k);
                                 continue;
                             }
                             Err(again) => {
@@ -536,7 +555,7 @@ impl DeviceBatchReader {
                     }
                     self.done = true;
                     return Some(Err(match e {
-                        Error::CorruptPage { file, row_group, column, page, kind, detail } if self.hung => {
+                        Error::CorruptPage { file, row_group, column, page, kind, detail } if self.hung == Some(k) => {
                             Error::CorruptPage { file, row_group, column, page, kind, detail: format!("{detail}; {}", super::NVCOMP_HUNG) }
                         }
                         other => other,

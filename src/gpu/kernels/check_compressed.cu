@@ -162,8 +162,11 @@ GPQ_DEVICE u32 check_snappy(const u8* in, u32 in_len, u32 out_len, u32* words, u
   u32 out = 0;   // output bytes of the tags before `pos`; never above out_len
   // Every value below is the same in all lanes except where named per lane.
   while (pos < in_len) {
-    i32 lo = (i32)pos - (i32)((unsigned long long)(in + pos) & 3);
-    u32 staged_end = (u32)(lo + CHECK_STAGED) < in_len ? (u32)(lo + CHECK_STAGED) : in_len;
+    // (In unsigned arithmetic, where a page near 2^31 bytes cannot overflow;
+    // `lo` may wrap below 0 by up to 3, which the casts below undo.)
+    u32 lo_u = pos - (u32)((unsigned long long)(in + pos) & 3);
+    i32 lo = (i32)lo_u;
+    u32 staged_end = lo_u + CHECK_STAGED < in_len ? lo_u + CHECK_STAGED : in_len;
     stage_window(words, in, lo, in_len, lane);
     __syncwarp();
     // A segment's 32 candidate tags read up to 8 bytes each: all staged, or
