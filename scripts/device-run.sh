@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage
+#           bench-coverage batches
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -278,6 +278,25 @@ stage_bench_coverage() {
     timeout 120 gpq bench decode "$f" --sets "$sets" --repeat 5 2>&1 | tee -a "$OUT/bench-coverage.md" \
       | grep -E '^\| [a-z]|^file' | grep -v '^| columns' | tee -a "$summary"
   done
+}
+
+# Issue 12: SF10 lineitem whole (one pass) against the batch reader under
+# a device-memory limit (BATCH_LIMITS, default "1GiB 4GiB"), warm page cache,
+# medians of 5; the bounded reads also report their peak device memory, and
+# one of them is checked against arrow-rs.
+stage_batches() {
+  mkdir -p "$data/sf10"
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  cat "$f" > /dev/null
+  gpq read "$f" --repeat 2 > /dev/null 2>&1
+  note "batches whole: $(timeout 120 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')"
+  for limit in ${BATCH_LIMITS:-1GiB 4GiB}; do
+    out=$(timeout 300 gpq read "$f" --memory-limit "$limit" --repeat 5 2>&1)
+    note "batches limit $limit: $(echo "$out" | grep -E 'batches:|wall:|device memory:' | tr -s ' ' | tr '\n' ';')"
+  done
+  out=$(timeout 300 gpq read "$f" --memory-limit "${BATCH_VERIFY_LIMIT:-1GiB}" --verify 2>&1)
+  note "batches verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
 }
 
 for s in "$@"; do
