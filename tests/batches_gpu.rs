@@ -14,6 +14,7 @@ use arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use common::{arrow_rs, assert_batches_equal, gpu_trial, probe_device, run_trials, write_sample};
 use gpq::cuda::GpuContext;
 use gpq::{DeviceReaderBuilder, Error};
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "memory_limit_too_small_is_a_typed_error", memory_limit_too_small),
         gpu_trial(&device, "projection_masks_select_leaves", projection_masks_select_leaves),
         gpu_trial(&device, "several_files_are_one_sequence", several_files_are_one_sequence),
+        gpu_trial(&device, "row_selections_read_only_their_row_groups", row_selections),
     ])
 }
 
@@ -234,4 +236,54 @@ fn several_files_are_one_sequence(_: &Arc<GpuContext>) {
         Err(Error::SchemaMismatch { file, .. }) => assert_eq!(file, other),
         other => panic!("expected SchemaMismatch, got {:?}", other.map(|r| r.num_passes())),
     }
+}
+
+fn row_selections(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    // 13 row groups: 12 of 400 rows and one of 200; `small` has nulls.
+    let path = write_sample(&dir.path().join("s.parquet"), 5000, 400, Compression::SNAPPY);
+    let expected = arrow_rs(&path).unwrap();
+    let sel = |parts: &[(bool, usize)]| RowSelection::from(parts.iter().map(|&(skip, n)| if skip { RowSelector::skip(n) } else { RowSelector::select(n) }).collect::<Vec<_>>());
+    let want = |ranges: &[(usize, usize)]| {
+        let parts: Vec<RecordBatch> = ranges.iter().map(|&(a, n)| expected.slice(a, n)).collect();
+        arrow::compute::concat_batches(&expected.schema(), &parts).unwrap()
+    };
+    // Rows 100..150 (row group 0), 1150..2050 (row groups 2-5), 4900..5000 (the last).
+    let selection = sel(&[(true, 100), (false, 50), (true, 1000), (false, 900), (true, 2850), (false, 100)]);
+    let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_row_selection(selection.clone()).build().unwrap();
+    assert_eq!(reader.pass_row_groups(), vec![vec![0], vec![2, 3, 4, 5], vec![12]], "only the row groups with selected rows");
+    let (rows, got) = collect(reader);
+    assert_eq!(rows, vec![50, 900, 100]);
+    assert_batches_equal("selection", &want(&[(100, 50), (1150, 900), (4900, 100)]), &got);
+    // With batches of at most 500 rows, a limit, and no prefetch.
+    for prefetch in [true, false] {
+        let reader = DeviceReaderBuilder::try_new(&path)
+            .unwrap()
+            .with_row_selection(selection.clone())
+            .with_batch_rows(500)
+            .with_limit(700)
+            .with_prefetch(prefetch)
+            .build()
+            .unwrap();
+        let (rows, got) = collect(reader);
+        assert!(rows.iter().all(|&r| r <= 500), "batch rows {rows:?}");
+        assert_batches_equal("selection, batches, limit", &want(&[(100, 50), (1150, 650)]), &got);
+    }
+    // Two runs in one row group read it twice; a selection past the end stops there.
+    let twice = sel(&[(false, 10), (true, 10), (false, 10), (true, 370), (false, 9000)]);
+    let (rows, got) = collect(DeviceReaderBuilder::try_new(&path).unwrap().with_row_selection(twice).build().unwrap());
+    assert_eq!(rows.len(), 3);
+    assert_batches_equal("runs in one row group", &want(&[(0, 10), (20, 10), (400, 4600)]), &got);
+    // A memory limit that splits a run's passes: the cut rows stay right.
+    let mut one = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(u64::MAX / 2).build().unwrap();
+    drop(one.next().unwrap().unwrap());
+    let limit = one.peak_device_memory().unwrap() / 6;
+    let reader = DeviceReaderBuilder::try_new(&path)
+        .unwrap()
+        .with_row_selection(sel(&[(true, 390), (false, 4000)]))
+        .with_device_memory_limit(limit)
+        .build()
+        .unwrap();
+    assert!(reader.num_passes() > 1);
+    assert_batches_equal("selection under a memory limit", &want(&[(390, 4000)]), &collect(reader).1);
 }

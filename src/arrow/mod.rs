@@ -30,6 +30,8 @@ pub use pinned::PinnedHostPool;
 pub struct DeviceColumn {
     field: FieldRef,
     device_type: DataType,
+    /// Rows of every buffer before the column's first (Arrow's array offset).
+    offset: usize,
     len: usize,
     null_count: usize,
     validity: Option<DeviceBuffer>,
@@ -44,6 +46,7 @@ impl From<DecodedColumn> for DeviceColumn {
         DeviceColumn {
             field: c.field,
             device_type: c.device_type,
+            offset: 0,
             len: c.len,
             null_count: c.null_count,
             validity: c.validity,
@@ -53,6 +56,15 @@ impl From<DecodedColumn> for DeviceColumn {
             children: c.children.into_iter().map(DeviceColumn::from).collect(),
         }
     }
+}
+
+/// Set bits of the bitmap `d` in `[first, first + len)`, from a host copy of
+/// the bytes that cover them.
+fn count_set_bits(d: &DeviceBuffer, first: usize, len: usize) -> Result<usize> {
+    let (lo, hi) = (first / 8, (first + len).div_ceil(8));
+    let mut host = vec![0u8; hi - lo];
+    d.copy_range_into(lo as u64, &mut host)?;
+    Ok((first..first + len).filter(|&i| host[i / 8 - lo] >> (i % 8) & 1 == 1).count())
 }
 
 fn host_buffer(d: &DeviceBuffer, len: usize) -> Result<Buffer> {
@@ -127,6 +139,12 @@ impl DeviceColumn {
         self.view_data.as_ref()
     }
 
+    /// Rows of every buffer before the column's first row (Arrow's array
+    /// offset; 0 unless the column is a slice of what was decoded).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
     /// Bytes of all of the column's device buffers.
     pub fn device_bytes(&self) -> u64 {
         self.values.len()
@@ -144,45 +162,22 @@ impl DeviceColumn {
         self.children.iter_mut().for_each(DeviceColumn::detach_budget);
     }
 
-    /// Keeps the first `n` rows (no copy: the buffers stay, the length and
-    /// the null count shrink; list children keep the values of those rows).
-    pub(crate) fn truncate(&mut self, n: usize) -> Result<()> {
-        if n >= self.len {
+    /// Keeps rows `start..start + len` (clamped to the column): no copy,
+    /// the buffers stay and the column's offset, length and null count move,
+    /// as an Arrow slice does; children are untouched (list offsets and
+    /// struct positions still index them from the parent's offset).
+    pub(crate) fn slice(&mut self, start: usize, len: usize) -> Result<()> {
+        let start = start.min(self.len);
+        let len = len.min(self.len - start);
+        if start == 0 && len == self.len {
             return Ok(());
         }
+        let first = self.offset + start;
         if let (Some(v), true) = (&self.validity, self.null_count > 0) {
-            let mut host = vec![0u8; n.div_ceil(8)];
-            v.copy_range_into(0, &mut host)?;
-            let valid: usize = host
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| {
-                    let keep = (n - 8 * i).min(8);
-                    (b & (((1u16 << keep) - 1) as u8)).count_ones() as usize
-                })
-                .sum();
-            self.null_count = n - valid;
+            self.null_count = if len == 0 { 0 } else { len - count_set_bits(v, first, len)? };
         }
-        match &self.device_type {
-            DataType::List(_) | DataType::LargeList(_) | DataType::Map(..) => {
-                let width = if matches!(self.device_type, DataType::LargeList(_)) { 8 } else { 4 };
-                let offsets = self.offsets.as_ref().ok_or_else(|| crate::Error::Internal("a list column without offsets".into()))?;
-                let mut b = [0u8; 8];
-                offsets.copy_range_into((n * width) as u64, &mut b[..width])?;
-                let end = if width == 8 { i64::from_le_bytes(b) } else { i32::from_le_bytes(b[..4].try_into().unwrap()) as i64 };
-                let end = usize::try_from(end).map_err(|_| crate::Error::Internal(format!("list offset {end} at row {n}")))?;
-                for c in &mut self.children {
-                    c.truncate(end)?;
-                }
-            }
-            DataType::Struct(_) => {
-                for c in &mut self.children {
-                    c.truncate(n)?;
-                }
-            }
-            _ => {}
-        }
-        self.len = n;
+        self.offset = first;
+        self.len = len;
         Ok(())
     }
 
@@ -205,14 +200,19 @@ impl DeviceColumn {
             let b = self.host_buffers()?;
             return self.leaf_data(b);
         }
+        let end = self.offset + self.len;
         let validity = match (&self.validity, self.null_count) {
-            (Some(v), k) if k > 0 => Some(host_buffer(v, self.len.div_ceil(8))?),
+            (Some(v), k) if k > 0 => Some(host_buffer(v, end.div_ceil(8))?),
             _ => None,
         };
-        let mut builder = ArrayData::builder(self.device_type.clone()).len(self.len).null_count(self.null_count).null_bit_buffer(validity);
+        let mut builder = ArrayData::builder(self.device_type.clone())
+            .len(self.len)
+            .offset(self.offset)
+            .null_count(self.null_count)
+            .null_bit_buffer(validity);
         if let Some(offsets) = &self.offsets {
             let width = if matches!(self.device_type, DataType::LargeList(_)) { 8 } else { 4 };
-            builder = builder.add_buffer(host_buffer(offsets, width * (self.len + 1))?);
+            builder = builder.add_buffer(host_buffer(offsets, width * (end + 1))?);
         }
         for child in &self.children {
             builder = builder.add_child_data(child.host_data()?);
@@ -227,7 +227,8 @@ impl DeviceColumn {
 
     /// Host copies of a leaf column's buffers.
     fn host_buffers(&self) -> Result<HostBuffers> {
-        let n = self.len;
+        // Every buffer from its start: the rows before the offset too.
+        let n = self.offset + self.len;
         let lens = self.host_lengths();
         let validity = match (&self.validity, lens.validity) {
             (Some(v), Some(len)) => Some(host_buffer(v, len)?),
@@ -262,7 +263,7 @@ impl DeviceColumn {
     /// strings and binary, `values` is the whole character buffer (the last
     /// offset, which says how much of it is used, is not known before the copy).
     pub(crate) fn host_lengths(&self) -> HostLengths {
-        let n = self.len;
+        let n = self.offset + self.len;
         let validity = match (&self.validity, self.null_count) {
             (Some(_), k) if k > 0 => Some(n.div_ceil(8)),
             _ => None,
@@ -305,6 +306,7 @@ impl DeviceColumn {
         }
         let mut builder = ArrayData::builder(self.device_type.clone())
             .len(self.len)
+            .offset(self.offset)
             .null_count(self.null_count)
             .null_bit_buffer(b.validity);
         if let Some(offsets) = b.offsets {
@@ -415,12 +417,13 @@ impl DeviceTable {
         self.columns.iter_mut().for_each(DeviceColumn::detach_budget);
     }
 
-    /// Keeps the first `n` rows of every column.
-    pub(crate) fn truncate(&mut self, n: usize) -> Result<()> {
+    /// Keeps rows `start..start + len` of every column (no copy; see [`DeviceColumn::slice`]).
+    pub(crate) fn slice(&mut self, start: usize, len: usize) -> Result<()> {
         for c in &mut self.columns {
-            c.truncate(n)?;
+            c.slice(start, len)?;
         }
-        self.num_rows = self.num_rows.min(n);
+        let start = start.min(self.num_rows);
+        self.num_rows = len.min(self.num_rows - start);
         Ok(())
     }
 }

@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::RowSelection;
 use parquet::basic::Type as PhysicalType;
 
 use crate::arrow::DeviceTable;
@@ -72,6 +73,7 @@ pub struct DeviceReaderBuilder {
     batch_rows: Option<usize>,
     memory_limit: Option<u64>,
     prefetch: bool,
+    selection: Option<RowSelection>,
 }
 
 impl DeviceReaderBuilder {
@@ -110,6 +112,7 @@ impl DeviceReaderBuilder {
             batch_rows: None,
             memory_limit: None,
             prefetch: true,
+            selection: None,
         }
     }
 
@@ -156,6 +159,17 @@ impl DeviceReaderBuilder {
         self
     }
 
+    /// Returns only the rows `selection` selects, counted over the selected
+    /// row groups in file order (arrow-rs's `RowSelection`; rows past its end
+    /// are not selected). Row groups without selected rows are not read; the
+    /// others are decoded whole for now and cut to each run of selected rows
+    /// on the device (without a copy), one batch or more per run. For one
+    /// file only.
+    pub fn with_row_selection(mut self, selection: RowSelection) -> Self {
+        self.selection = Some(selection);
+        self
+    }
+
     /// Returns at most `rows` rows in all (the last batch is cut on the
     /// device; passes past the limit are not read).
     pub fn with_limit(mut self, rows: usize) -> Self {
@@ -191,8 +205,8 @@ impl DeviceReaderBuilder {
     /// the GPU cannot decode) before any IO.
     pub fn build(self) -> Result<DeviceBatchReader> {
         let t0 = Instant::now();
-        if self.files.len() > 1 && self.options.row_groups.is_some() {
-            return Err(Error::InvalidOptions("row groups select within one file; this reader has several".into()));
+        if self.files.len() > 1 && (self.options.row_groups.is_some() || self.selection.is_some()) {
+            return Err(Error::InvalidOptions("row groups and row selections select within one file; this reader has several".into()));
         }
         let ctx = GpuContext::get(self.options.device)?;
         let mut passes = Vec::new();
@@ -213,7 +227,15 @@ impl DeviceReaderBuilder {
                 Some(_) => {}
             }
             worker |= crate::decode::needs_nvcomp_worker(&plan, &self.options);
-            passes.extend(plan_passes(&plan, self.batch_rows, self.memory_limit, self.prefetch).into_iter().map(|p| Pass { file: fi, ..p }));
+            let per_rg = row_group_passes(&plan);
+            let runs = match &self.selection {
+                Some(selection) => select_rows(per_rg, selection),
+                None => vec![per_rg],
+            };
+            for run in runs {
+                let grouped = group_passes(run, self.batch_rows, self.memory_limit, self.prefetch);
+                passes.extend(grouped.into_iter().map(|p| Pass { file: fi, ..p }));
+            }
         }
         let schema = schema.ok_or_else(|| Error::Internal("a reader without files".into()))?;
         if worker {
@@ -277,26 +299,26 @@ struct Pass {
     /// Index into the reader's files.
     file: usize,
     row_groups: Vec<usize>,
+    /// Rows the row groups hold (what is decoded).
     rows: u64,
     working: u64,
     chunks: u64,
+    /// Of the decoded rows, those before the selected ones, and how many are selected.
+    skip: u64,
+    keep: u64,
 }
 
-/// Groups the plan's row groups into passes (see the module doc). With a
-/// memory limit and prefetch, a pass's working memory and its own chunks
-/// (standing for the next pass's, which it is read beside) fit the limit.
-fn plan_passes(plan: &ReadPlan, batch_rows: Option<usize>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
+/// One entry per row group of the plan that holds rows: its rows and the
+/// footer's estimates, every row kept.
+fn row_group_passes(plan: &ReadPlan) -> Vec<Pass> {
     // Rows from the footer, so that a selection of no columns still counts them.
     let rg_meta = plan.metadata().row_groups();
     let mut per_rg: Vec<Pass> = plan
         .row_groups()
         .iter()
-        .map(|&rg| Pass {
-            file: 0,
-            row_groups: vec![rg],
-            rows: rg_meta.get(rg).map_or(0, |m| m.num_rows().max(0) as u64),
-            working: 0,
-            chunks: 0,
+        .map(|&rg| {
+            let rows = rg_meta.get(rg).map_or(0, |m| m.num_rows().max(0) as u64);
+            Pass { file: 0, row_groups: vec![rg], rows, working: 0, chunks: 0, skip: 0, keep: rows }
         })
         .collect();
     let index: std::collections::HashMap<usize, usize> = plan.row_groups().iter().enumerate().map(|(i, &rg)| (rg, i)).collect();
@@ -306,26 +328,62 @@ fn plan_passes(plan: &ReadPlan, batch_rows: Option<usize>, memory_limit: Option<
             p.chunks = p.chunks.saturating_add(c.len);
         }
     }
-    // Row groups of no rows have nothing to read.
     per_rg.retain(|p| p.rows > 0);
-    let need = |p: &Pass| if prefetch { p.working.saturating_add(p.chunks) } else { p.working };
+    per_rg
+}
+
+/// The row groups' entries cut to a selection: for each run of selected
+/// rows (counted over the plan's row groups in order), the row groups it
+/// touches, each with the rows it skips and keeps. A row group that two runs
+/// touch appears twice (it is read once for each).
+fn select_rows(per_rg: Vec<Pass>, selection: &RowSelection) -> Vec<Vec<Pass>> {
+    let mut starts = Vec::with_capacity(per_rg.len());
+    let mut total = 0u64;
+    for p in &per_rg {
+        starts.push(total);
+        total += p.rows;
+    }
+    let mut runs = Vec::new();
+    let mut at = 0u64;
+    for sel in selection.iter() {
+        let (a, b) = (at, at.saturating_add(sel.row_count as u64).min(total));
+        at = b;
+        if sel.skip || a >= b {
+            continue;
+        }
+        let run: Vec<Pass> = per_rg
+            .iter()
+            .zip(&starts)
+            .filter(|(p, s)| **s < b && **s + p.rows > a)
+            .map(|(p, &s)| {
+                let skip = a.saturating_sub(s);
+                let keep = b.min(s + p.rows) - s - skip;
+                Pass { skip, keep, ..p.clone() }
+            })
+            .collect();
+        runs.push(run);
+    }
+    runs
+}
+
+/// Groups consecutive entries of one run into passes (see the module doc):
+/// at most `batch_rows` kept rows; with a memory limit and prefetch, a
+/// pass's working memory and its own chunks (standing for the next pass's,
+/// read beside it) within the limit.
+fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
+    let need = |working: u64, chunks: u64| if prefetch { working.saturating_add(chunks) } else { working };
     let mut passes: Vec<Pass> = Vec::new();
-    for rg in per_rg {
+    for rg in run {
         let fits = passes.last().is_some_and(|p| {
-            let rows_ok = batch_rows.is_none_or(|b| p.rows + rg.rows <= b as u64);
-            let merged = Pass {
-                file: p.file,
-                row_groups: Vec::new(),
-                rows: 0,
-                working: p.working.saturating_add(rg.working),
-                chunks: p.chunks.saturating_add(rg.chunks),
-            };
-            rows_ok && memory_limit.is_none_or(|l| need(&merged) <= l)
+            let rows_ok = batch_rows.is_none_or(|b| p.keep + rg.keep <= b as u64);
+            let mem_ok = memory_limit.is_none_or(|l| need(p.working.saturating_add(rg.working), p.chunks.saturating_add(rg.chunks)) <= l);
+            rows_ok && mem_ok
         });
         match passes.last_mut() {
             Some(p) if fits => {
                 p.row_groups.extend(rg.row_groups);
                 p.rows += rg.rows;
+                p.keep += rg.keep;
                 p.working = p.working.saturating_add(rg.working);
                 p.chunks = p.chunks.saturating_add(rg.chunks);
             }
@@ -461,15 +519,29 @@ impl DeviceBatchReader {
             rgs.iter().filter_map(|&rg| footer.metadata.row_groups().get(rg)).map(|m| m.num_rows().max(0) as u64).sum()
         };
         let (a, b) = p.row_groups.split_at(half);
-        let first = Pass { file: p.file, row_groups: a.to_vec(), rows: rows_of(a), working: p.working / 2, chunks: p.chunks / 2 };
+        let (rows_a, rows_b) = (rows_of(a), rows_of(b));
+        // The selected rows are one run: those in the first half, then the rest.
+        let keep_a = p.keep.min(rows_a.saturating_sub(p.skip));
+        let first = Pass {
+            file: p.file,
+            row_groups: a.to_vec(),
+            rows: rows_a,
+            working: p.working / 2,
+            chunks: p.chunks / 2,
+            skip: p.skip.min(rows_a),
+            keep: keep_a,
+        };
         let second = Pass {
             file: p.file,
             row_groups: b.to_vec(),
-            rows: rows_of(b),
+            rows: rows_b,
             working: p.working - p.working / 2,
             chunks: p.chunks - p.chunks / 2,
+            skip: p.skip.saturating_sub(rows_a),
+            keep: p.keep - keep_a,
         };
-        self.passes.splice(k..=k, [first, second]);
+        let parts: Vec<Pass> = [first, second].into_iter().filter(|q| q.keep > 0).collect();
+        self.passes.splice(k..=k, parts);
         true
     }
 
@@ -493,7 +565,7 @@ impl DeviceBatchReader {
             };
             // The next pass's chunks are read while this one decodes, unless
             // the rows already asked for end with this pass.
-            let more_wanted = self.rows_left.is_none_or(|left| (left as u64) > self.passes[k].rows);
+            let more_wanted = self.rows_left.is_none_or(|left| (left as u64) > self.passes[k].keep);
             if self.prefetch && more_wanted && k + 1 < self.passes.len() {
                 self.start_prefetch(k + 1);
             }
@@ -508,9 +580,16 @@ impl DeviceBatchReader {
             match decoded {
                 Ok(mut table) => {
                     table.detach_budget();
+                    let (skip, keep) = (self.passes[k].skip, self.passes[k].keep);
+                    if (skip > 0 || keep < table.num_rows() as u64)
+                        && let Err(e) = table.slice(skip as usize, keep as usize)
+                    {
+                        self.done = true;
+                        return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                    }
                     if let Some(left) = self.rows_left.as_mut() {
                         if table.num_rows() > *left
-                            && let Err(e) = table.truncate(*left)
+                            && let Err(e) = table.slice(0, *left)
                         {
                             self.done = true;
                             return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
