@@ -37,6 +37,12 @@ fn stages(c: &mut Criterion) {
     let mut g = c.benchmark_group("cpu");
     g.throughput(Throughput::Bytes(file_size));
     g.bench_function("plan", |b| b.iter(|| black_box(ReadPlan::new(&file, &options).unwrap())));
+    // The two halves of a plan: the footer, and planning from it.
+    g.bench_function("footer", |b| b.iter(|| black_box(gpq::read_footer(&file).unwrap())));
+    let footer = gpq::read_footer(&file).unwrap();
+    g.bench_function("plan_from_footer", |b| {
+        b.iter(|| black_box(ReadPlan::from_footer(&file, footer.clone(), &options).unwrap()))
+    });
     g.finish();
 
     if let Err(e) = GpuContext::get(0) {
