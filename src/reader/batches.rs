@@ -666,3 +666,51 @@ impl Drop for DeviceBatchReader {
         self.cancel_prefetch();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::arrow::arrow_reader::RowSelector;
+
+    fn rgs(rows: &[u64]) -> Vec<Pass> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, &r)| Pass { file: 0, row_groups: vec![i], rows: r, working: 10 * r, chunks: r, skip: 0, keep: r })
+            .collect()
+    }
+
+    fn selection(parts: &[(bool, usize)]) -> RowSelection {
+        parts.iter().map(|&(skip, n)| if skip { RowSelector::skip(n) } else { RowSelector::select(n) }).collect::<Vec<_>>().into()
+    }
+
+    /// (row groups, skip, keep) of each pass.
+    fn shape(passes: &[Pass]) -> Vec<(Vec<usize>, u64, u64)> {
+        passes.iter().map(|p| (p.row_groups.clone(), p.skip, p.keep)).collect()
+    }
+
+    #[test]
+    fn selections_become_runs_of_row_groups() {
+        let runs = select_rows(rgs(&[100, 100, 50]), &selection(&[(true, 90), (false, 20), (true, 30), (false, 5), (true, 1000)]));
+        assert_eq!(runs.len(), 2);
+        assert_eq!(shape(&runs[0]), vec![(vec![0], 90, 10), (vec![1], 0, 10)]);
+        assert_eq!(shape(&runs[1]), vec![(vec![1], 40, 5)]);
+        // Past the end: cut at the rows there are; nothing selected: no runs.
+        let runs = select_rows(rgs(&[100, 50]), &selection(&[(true, 120), (false, 1000)]));
+        assert_eq!(shape(&runs[0]), vec![(vec![1], 20, 30)]);
+        assert!(select_rows(rgs(&[100]), &selection(&[(true, 100), (false, 0)])).is_empty());
+        assert!(select_rows(rgs(&[100]), &selection(&[])).is_empty());
+    }
+
+    #[test]
+    fn runs_group_by_kept_rows_and_memory() {
+        let run = select_rows(rgs(&[100, 100, 100, 100]), &selection(&[(true, 50), (false, 300)])).remove(0);
+        // Kept rows per row group: 50, 100, 100, 50.
+        assert_eq!(shape(&group_passes(run.clone(), None, None, true)), vec![(vec![0, 1, 2, 3], 50, 300)]);
+        assert_eq!(shape(&group_passes(run.clone(), Some(150), None, true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        // Working 1000 and chunks 100 a row group: a limit of 2,200 holds two with their chunks.
+        assert_eq!(shape(&group_passes(run.clone(), None, Some(2200), true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        // 2,000: two row groups fit without the prefetch's share, one with it.
+        assert_eq!(shape(&group_passes(run.clone(), None, Some(2000), false)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        assert_eq!(group_passes(run, None, Some(2000), true).len(), 4);
+    }
+}
