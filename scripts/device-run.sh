@@ -297,6 +297,14 @@ stage_batches() {
   done
   out=$(timeout 300 gpq read "$f" --memory-limit "${BATCH_VERIFY_LIMIT:-1GiB}" --verify 2>&1)
   note "batches verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
+  # The same table as 100 files (about 25 MB each) read as one sequence, against the one file.
+  d=$data/sf10-100files
+  [ -d "$d/lineitem" ] || timeout 300 gpq gen -s 10 --tables lineitem --files 100 --out "$d" > /dev/null 2>&1
+  cat "$d"/lineitem/*.parquet > /dev/null
+  for src in "$f" "$d/lineitem"; do
+    out=$(timeout 300 gpq read "$src" --memory-limit 16GiB --repeat 5 2>&1)
+    note "batches $(basename "$src"): $(echo "$out" | grep -E 'batches:|wall:' | tr -s ' ' | tr '\n' ';')"
+  done
 }
 
 for s in "$@"; do

@@ -44,6 +44,7 @@ pub fn run(args: DemoArgs) -> gpq::Result<ExitCode> {
         page_version: 1,
         threads: 0,
         force: false,
+        files: 1,
     })?;
     let device = gpq::cuda::GpuContext::get(options.device);
     if let Err(e) = &device {

@@ -43,6 +43,10 @@ pub struct GenArgs {
     /// Regenerate tables whose file already exists.
     #[arg(long)]
     pub force: bool,
+    /// Write each table as this many files in OUT/<table>/ (runs of row
+    /// groups, rows in order), a folder to read as one table; 1: OUT/<table>.parquet.
+    #[arg(long, default_value_t = 1)]
+    pub files: usize,
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -69,7 +73,10 @@ pub fn generate(args: &GenArgs) -> gpq::Result<Vec<PathBuf>> {
         .progress_chars("=> ");
     let mut written = Vec::new();
     for table in tables {
-        let path = args.out.join(format!("{}.parquet", table.name()));
+        let path = match args.files {
+            0 | 1 => args.out.join(format!("{}.parquet", table.name())),
+            _ => args.out.join(table.name()),
+        };
         if path.exists() && !args.force {
             eprintln!("{:>9} exists, kept ({})", table.name(), path.display());
             written.push(path);
@@ -77,9 +84,14 @@ pub fn generate(args: &GenArgs) -> gpq::Result<Vec<PathBuf>> {
         }
         let bar = ProgressBar::new(table.row_count(options.scale_factor)).with_style(style.clone()).with_prefix(table.name());
         let t = Instant::now();
-        let path = tpch::generate_table(table, &args.out, &options, &|rows| bar.set_position(rows))?;
+        let path = match args.files {
+            0 | 1 => tpch::generate_table(table, &args.out, &options, &|rows| bar.set_position(rows))?,
+            n => tpch::generate_table_files(table, &args.out, &options, n, &|rows| bar.set_position(rows))?,
+        };
         bar.finish_and_clear();
-        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let size = gpq::parquet_files(&path)
+            .map(|files| files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum())
+            .unwrap_or(0);
         eprintln!(
             "{:>9} {} in {:.1} s -> {}",
             table.name(),

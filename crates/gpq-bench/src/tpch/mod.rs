@@ -338,6 +338,52 @@ pub fn generate_table(
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Open { file: dir.to_path_buf(), source })?;
     let path = dir.join(format!("{}.parquet", table.name()));
+    write_parts(table, &path, options, 0..options.parts(table), progress)
+}
+
+/// Generates `table` as `files` files (`dir/<table>/part-00000.parquet`, ...),
+/// each a run of consecutive parts (row groups), the table's rows in order
+/// across them: a directory of many files for reading as one table. Returns
+/// the folder.
+pub fn generate_table_files(
+    table: Table,
+    dir: &Path,
+    options: &GenOptions,
+    files: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<PathBuf> {
+    let folder = dir.join(table.name());
+    std::fs::create_dir_all(&folder).map_err(|source| Error::Open { file: folder.clone(), source })?;
+    let parts = options.parts(table);
+    let files = files.clamp(1, parts as usize) as i32;
+    let written = AtomicUsize::new(0);
+    for f in 0..files {
+        let range = parts * f / files..parts * (f + 1) / files;
+        let path = folder.join(format!("part-{f:05}.parquet"));
+        let before = written.load(Ordering::Relaxed) as u64;
+        write_parts(table, &path, options, range, &|rows| progress(before + rows))?;
+        let rows: u64 = parquet::file::reader::FileReader::metadata(
+            &parquet::file::serialized_reader::SerializedFileReader::new(File::open(&path).map_err(|source| Error::Open { file: path.clone(), source })?)
+                .map_err(|source| Error::Metadata { file: path.clone(), source })?,
+        )
+        .file_metadata()
+        .num_rows()
+        .max(0) as u64;
+        written.fetch_add(rows as usize, Ordering::Relaxed);
+    }
+    Ok(folder)
+}
+
+/// Writes parts `range` (of `options.parts(table)`) of `table` to `path`, one row group each.
+fn write_parts(
+    table: Table,
+    path: &Path,
+    options: &GenOptions,
+    range: std::ops::Range<i32>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<PathBuf> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let path = path.to_path_buf();
     // A name no other writer uses, so generators running at the same time
     // (parallel tests) never write into one file; the rename publishes it.
     static UNIQUE: AtomicUsize = AtomicUsize::new(0);
@@ -357,7 +403,9 @@ pub fn generate_table(
     let (mut file_writer, factory) = writer.into_serialized_writer().map_err(pq_err)?;
     let factory = Arc::new(factory);
 
-    let parts = options.parts(table);
+    let all_parts = options.parts(table);
+    let first_part = range.start;
+    let parts = range.end - range.start;
     let threads = if options.threads == 0 {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4)
     } else {
@@ -375,7 +423,7 @@ pub fn generate_table(
     let encode = |index: usize| -> Result<(Vec<ArrowColumnChunk>, u64)> {
         let mut writers = factory.create_column_writers(index).map_err(pq_err)?;
         let mut rows = 0u64;
-        for batch in table.batches(sf, index as i32 + 1, parts, 8192) {
+        for batch in table.batches(sf, first_part + index as i32 + 1, all_parts, 8192) {
             rows += batch.num_rows() as u64;
             write_batch(&batch, &schema, &mut writers).map_err(pq_err)?;
         }
@@ -460,4 +508,39 @@ fn write_batch(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// All rows of the Parquet files of `path` (a file or a folder), in order.
+    fn read_all(path: &Path) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        for f in gpq::parquet_files(path).unwrap() {
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(f).unwrap())
+                .unwrap()
+                .build()
+                .unwrap();
+            out.extend(reader.map(|b| b.unwrap()));
+        }
+        out
+    }
+
+    #[test]
+    fn a_table_in_several_files_holds_the_rows_of_one() {
+        let dir = std::env::temp_dir().join(format!("gpq-tpch-files-{}", std::process::id()));
+        let options = GenOptions { scale_factor: 0.01, row_group_bytes: 256 << 10, ..GenOptions::default() };
+        let parts = options.parts(Table::Orders);
+        assert!(parts >= 3, "{parts} parts");
+        let one = generate_table(Table::Orders, &dir.join("one"), &options, &|_| ()).unwrap();
+        let folder = generate_table_files(Table::Orders, &dir.join("many"), &options, 3, &|_| ()).unwrap();
+        assert_eq!(gpq::parquet_files(&folder).unwrap().len(), 3);
+        let (a, b) = (read_all(&one), read_all(&folder));
+        let schema = a[0].schema();
+        let (a, b) = (arrow::compute::concat_batches(&schema, &a).unwrap(), arrow::compute::concat_batches(&schema, &b).unwrap());
+        assert_eq!(a.num_rows(), b.num_rows());
+        assert_eq!(a, b, "the same rows in the same order");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
