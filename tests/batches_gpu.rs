@@ -140,17 +140,27 @@ fn memory_limit_bounds_every_pass(_: &Arc<GpuContext>) {
 }
 
 /// Dictionary-encoded long strings decode to far more bytes than their pages
-/// hold, more than the footer's estimate: passes planned to fit are read
-/// again in halves, and still each within the limit.
+/// hold: written without size statistics, the footer's estimate is short of
+/// it, and passes planned to fit are read again in halves, each still within
+/// the limit; with them (the writer's default), the plan fits at once.
 fn passes_over_their_estimate_are_split(_: &Arc<GpuContext>) {
+    for size_statistics in [false, true] {
+        dictionary_strings_under_a_limit(size_statistics);
+    }
+}
+
+fn dictionary_strings_under_a_limit(size_statistics: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dict.parquet");
     let values: Vec<String> = (0..3).map(|k| format!("{k}{}", "x".repeat(300))).collect();
     let strings: arrow::array::StringArray = (0..20_000).map(|i| Some(values[i % 3].as_str())).collect();
     let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(strings) as ArrayRef]).unwrap();
-    let props = WriterProperties::builder().set_max_row_group_row_count(Some(1000)).build();
-    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
+    let mut props = WriterProperties::builder().set_max_row_group_row_count(Some(1000));
+    if !size_statistics {
+        props = props.set_statistics_enabled(parquet::file::properties::EnabledStatistics::None);
+    }
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props.build())).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
     let expected = arrow_rs(&path).unwrap();
@@ -165,8 +175,15 @@ fn passes_over_their_estimate_are_split(_: &Arc<GpuContext>) {
         host.push(batch.unwrap().to_record_batch().unwrap());
     }
     let peak = reader.peak_device_memory().unwrap();
-    eprintln!("whole read peaks at {whole} bytes; limit {limit}: {planned} passes planned, {} read, peak {peak}", host.len());
-    assert!(host.len() > planned, "the footer's estimate is far below what the strings decode to: passes should have been split");
+    eprintln!(
+        "size statistics {size_statistics}: whole read peaks at {whole} bytes; limit {limit}: {planned} passes planned, {} read, peak {peak}",
+        host.len()
+    );
+    if size_statistics {
+        assert!(planned > 1 && host.len() == planned, "with the values' sizes the plan fits: {planned} planned, {} read", host.len());
+    } else {
+        assert!(host.len() > planned, "the footer's estimate is far below what the strings decode to: passes should have been split");
+    }
     assert!(peak <= limit, "peak {peak} over the limit {limit}");
     assert_batches_equal("split passes", &expected, &arrow::compute::concat_batches(&expected.schema(), &host).unwrap());
 }

@@ -278,7 +278,10 @@ fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
 /// Bytes of device memory a chunk's pass needs, from the footer: the chunk,
 /// its decompressed pages, and its output column (values at the type's
 /// width, 16 bytes a value for byte arrays plus their bytes, validity).
-fn chunk_estimate(c: &ChunkPlan) -> u64 {
+/// `value_bytes`: the byte arrays' total length where the footer says it
+/// (Parquet's size statistics; a dictionary's values repeat in the output,
+/// so the pages alone understate it).
+fn chunk_estimate(c: &ChunkPlan, value_bytes: Option<u64>) -> u64 {
     let n = c.num_values;
     let width = match c.physical_type {
         PhysicalType::BOOLEAN => 1,
@@ -288,7 +291,8 @@ fn chunk_estimate(c: &ChunkPlan) -> u64 {
         PhysicalType::BYTE_ARRAY | PhysicalType::FIXED_LEN_BYTE_ARRAY => 16,
     };
     let strings = matches!(c.physical_type, PhysicalType::BYTE_ARRAY | PhysicalType::FIXED_LEN_BYTE_ARRAY);
-    let output = n.saturating_mul(width).saturating_add(n.div_ceil(8)).saturating_add(if strings { c.uncompressed_size } else { 0 });
+    let chars = if strings { c.uncompressed_size.max(value_bytes.unwrap_or(0)) } else { 0 };
+    let output = n.saturating_mul(width).saturating_add(n.div_ceil(8)).saturating_add(chars);
     c.len.saturating_add(c.uncompressed_size).saturating_add(output)
 }
 
@@ -324,7 +328,12 @@ fn row_group_passes(plan: &ReadPlan) -> Vec<Pass> {
     let index: std::collections::HashMap<usize, usize> = plan.row_groups().iter().enumerate().map(|(i, &rg)| (rg, i)).collect();
     for c in plan.chunks() {
         if let Some(p) = index.get(&c.row_group).map(|&i| &mut per_rg[i]) {
-            p.working = p.working.saturating_add(chunk_estimate(c));
+            let value_bytes = rg_meta
+                .get(c.row_group)
+                .and_then(|m| m.columns().get(plan.leaf_of(c).leaf_index))
+                .and_then(|cc| cc.unencoded_byte_array_data_bytes())
+                .and_then(|b| u64::try_from(b).ok());
+            p.working = p.working.saturating_add(chunk_estimate(c, value_bytes));
             p.chunks = p.chunks.saturating_add(c.len);
         }
     }
