@@ -112,11 +112,23 @@ impl DeviceBuffer {
     /// they wait for it (or `stream` is synchronized). A budget the stream
     /// carries is charged before the driver is asked, until the buffer drops.
     pub fn alloc(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
+        Self::charged(stream, len, what, || Self::alloc_from_pool(stream, len, what))
+    }
+
+    /// Charges `len` bytes to `stream`'s budget (if any), then allocates
+    /// with `alloc`; the buffer carries the charge until it drops, and a
+    /// failed allocation gives it back.
+    fn charged(
+        stream: &Arc<GpuStream>,
+        len: u64,
+        what: &'static str,
+        alloc: impl FnOnce() -> Result<DeviceBuffer>,
+    ) -> Result<DeviceBuffer> {
         let budget = stream.budget().filter(|_| len > 0);
         if let Some(b) = budget {
             b.charge(len, what)?;
         }
-        match Self::alloc_from_pool(stream, len, what) {
+        match alloc() {
             Ok(mut buf) => {
                 buf.budget = budget.cloned();
                 Ok(buf)
@@ -171,22 +183,7 @@ impl DeviceBuffer {
 
     /// [`Self::alloc_plain`] charged to the budget `stream` carries, if any.
     pub fn alloc_plain_for(stream: &Arc<GpuStream>, len: u64, what: &'static str) -> Result<DeviceBuffer> {
-        let budget = stream.budget().filter(|_| len > 0);
-        if let Some(b) = budget {
-            b.charge(len, what)?;
-        }
-        match Self::alloc_plain(stream.context(), len, what) {
-            Ok(mut buf) => {
-                buf.budget = budget.cloned();
-                Ok(buf)
-            }
-            Err(e) => {
-                if let Some(b) = budget {
-                    b.release(len);
-                }
-                Err(e)
-            }
-        }
+        Self::charged(stream, len, what, || Self::alloc_plain(stream.context(), len, what))
     }
 
     /// Allocates and copies `data` in, ordered on `stream` (synchronous with respect to `data`).
