@@ -6,9 +6,15 @@
 //! [`DeviceReaderBuilder::with_device_memory_limit`], small enough that a
 //! pass's working memory (its column chunks, decompressed pages and output
 //! columns, as the footer's sizes put them) and the next pass's column chunks
-//! fit the limit together. [`DeviceBatchReader`] yields one
-//! [`DeviceTable`] per pass; while the GPU decodes a pass, a thread reads the
-//! next pass's chunks into device memory on a second stream.
+//! (planned as a pass's own, the passes being alike) fit the limit together.
+//! [`DeviceBatchReader`] yields one [`DeviceTable`] per pass; while the GPU
+//! decodes a pass, a thread reads the next pass's chunks into device memory
+//! on a second stream.
+//!
+//! A row selection ([`DeviceReaderBuilder::with_row_selection`]) and a row
+//! limit read only the row groups that hold wanted rows and cut each pass to
+//! them on the device, without a copy (Arrow offsets); the pages of those row
+//! groups are all read for now.
 //!
 //! Several files ([`DeviceReaderBuilder::try_new_files`], a directory's
 //! files say) are one sequence of passes: the first pass of the next file is
