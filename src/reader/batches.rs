@@ -46,6 +46,7 @@ use arrow::datatypes::SchemaRef;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::RowSelection;
 use parquet::basic::Type as PhysicalType;
+use parquet::file::metadata::ParquetMetaData;
 
 use crate::arrow::DeviceTable;
 use crate::cuda::{GpuContext, GpuStream, MemoryBudget};
@@ -104,15 +105,18 @@ impl DeviceReaderBuilder {
             handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|_| vec![Err(Error::Internal("a footer thread panicked".into()))])).collect()
         });
         let files = paths.into_iter().zip(footers).map(|(p, f)| f.map(|f| (p, f))).collect::<Result<Vec<_>>>()?;
-        let mut b = Self::new_with_footer(&files[0].0, files[0].1.clone());
-        b.files = files;
-        Ok(b)
+        Ok(Self::over(files))
     }
 
     /// A builder over a footer already loaded (see [`crate::read_footer`]).
     pub fn new_with_footer(path: impl AsRef<Path>, footer: Footer) -> DeviceReaderBuilder {
+        Self::over(vec![(path.as_ref().to_path_buf(), footer)])
+    }
+
+    /// Default settings over `files` (at least one).
+    fn over(files: Vec<(PathBuf, Footer)>) -> DeviceReaderBuilder {
         DeviceReaderBuilder {
-            files: vec![(path.as_ref().to_path_buf(), footer)],
+            files,
             options: ReadOptions::default(),
             limit: None,
             batch_rows: None,
@@ -318,6 +322,11 @@ struct Pass {
     keep: u64,
 }
 
+/// Rows of row group `rg` as the footer says (what the plan checked).
+fn row_group_rows(metadata: &ParquetMetaData, rg: usize) -> u64 {
+    metadata.row_groups().get(rg).map_or(0, |m| m.num_rows().max(0) as u64)
+}
+
 /// One entry per row group of the plan that holds rows: its rows and the
 /// footer's estimates, every row kept.
 fn row_group_passes(plan: &ReadPlan) -> Vec<Pass> {
@@ -327,7 +336,7 @@ fn row_group_passes(plan: &ReadPlan) -> Vec<Pass> {
         .row_groups()
         .iter()
         .map(|&rg| {
-            let rows = rg_meta.get(rg).map_or(0, |m| m.num_rows().max(0) as u64);
+            let rows = row_group_rows(plan.metadata(), rg);
             Pass { file: 0, row_groups: vec![rg], rows, working: 0, chunks: 0, skip: 0, keep: rows }
         })
         .collect();
@@ -352,30 +361,32 @@ fn row_group_passes(plan: &ReadPlan) -> Vec<Pass> {
 /// touches, each with the rows it skips and keeps. A row group that two runs
 /// touch appears twice (it is read once for each).
 fn select_rows(per_rg: Vec<Pass>, selection: &RowSelection) -> Vec<Vec<Pass>> {
-    let mut starts = Vec::with_capacity(per_rg.len());
-    let mut total = 0u64;
-    for p in &per_rg {
-        starts.push(total);
-        total += p.rows;
-    }
+    let total: u64 = per_rg.iter().map(|p| p.rows).sum();
     let mut runs = Vec::new();
-    let mut at = 0u64;
+    // `first`: the first row group not wholly before the run, starting at row `first_start`.
+    let (mut at, mut first, mut first_start) = (0u64, 0usize, 0u64);
     for sel in selection.iter() {
         let (a, b) = (at, at.saturating_add(sel.row_count as u64).min(total));
         at = b;
         if sel.skip || a >= b {
             continue;
         }
-        let run: Vec<Pass> = per_rg
-            .iter()
-            .zip(&starts)
-            .filter(|(p, s)| **s < b && **s + p.rows > a)
-            .map(|(p, &s)| {
-                let skip = a.saturating_sub(s);
-                let keep = b.min(s + p.rows) - s - skip;
-                Pass { skip, keep, ..p.clone() }
-            })
-            .collect();
+        // (a < total, so a row group holds row a; every one holds rows.)
+        while first_start + per_rg[first].rows <= a {
+            first_start += per_rg[first].rows;
+            first += 1;
+        }
+        let mut run = Vec::new();
+        let mut start = first_start;
+        for p in &per_rg[first..] {
+            if start >= b {
+                break;
+            }
+            let skip = a.saturating_sub(start);
+            let keep = b.min(start + p.rows) - start - skip;
+            run.push(Pass { skip, keep, ..p.clone() });
+            start += p.rows;
+        }
         runs.push(run);
     }
     runs
@@ -506,16 +517,15 @@ impl DeviceBatchReader {
     /// Pass `k`'s chunks: the prefetched ones if they are there and were read
     /// without error, else read now. Returns them with when their read began.
     fn chunks_of(&mut self, k: usize) -> Result<(DeviceChunks, Instant)> {
-        if let Some(p) = self.prefetched.take() {
-            if p.pass == k {
-                if let Ok(Ok(chunks)) = p.handle.join() {
-                    return Ok((chunks, p.started));
-                }
-                // (An error there, an over-budget one say, is met again below, alone.)
-            } else {
-                let _ = p.handle.join();
-            }
+        if self.prefetched.as_ref().is_some_and(|p| p.pass != k) {
+            self.cancel_prefetch();
         }
+        if let Some(p) = self.prefetched.take()
+            && let Ok(Ok(chunks)) = p.handle.join()
+        {
+            return Ok((chunks, p.started));
+        }
+        // (An error of the prefetch, an over-budget one say, is met again here, alone.)
         let t0 = Instant::now();
         let plan = self.plan_of(k)?;
         let chunks = read_chunks(plan, t0.elapsed(), &self.streams[k % 2], &self.options.io)?;
@@ -529,10 +539,8 @@ impl DeviceBatchReader {
             return false;
         }
         let half = p.row_groups.len() / 2;
-        let footer = &self.files[p.file].1;
-        let rows_of = |rgs: &[usize]| -> u64 {
-            rgs.iter().filter_map(|&rg| footer.metadata.row_groups().get(rg)).map(|m| m.num_rows().max(0) as u64).sum()
-        };
+        let metadata = &self.files[p.file].1.metadata;
+        let rows_of = |rgs: &[usize]| -> u64 { rgs.iter().map(|&rg| row_group_rows(metadata, rg)).sum() };
         let (a, b) = p.row_groups.split_at(half);
         let (rows_a, rows_b) = (rows_of(a), rows_of(b));
         // The selected rows are one run: those in the first half, then the rest.
@@ -574,8 +582,7 @@ impl DeviceBatchReader {
                     if matches!(e, Error::OverBudget { .. }) && self.split(k) {
                         continue;
                     }
-                    self.done = true;
-                    return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                    return self.fail(k, e);
                 }
             };
             // The next pass's chunks are read while this one decodes, unless
@@ -595,20 +602,12 @@ impl DeviceBatchReader {
             match decoded {
                 Ok(mut table) => {
                     table.detach_budget();
-                    let (skip, keep) = (self.passes[k].skip, self.passes[k].keep);
-                    if (skip > 0 || keep < table.num_rows() as u64)
-                        && let Err(e) = table.slice(skip as usize, keep as usize)
-                    {
-                        self.done = true;
-                        return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                    // The pass's selected rows, no more than the limit leaves.
+                    let (skip, keep) = (self.passes[k].skip as usize, self.passes[k].keep as usize);
+                    if let Err(e) = table.slice(skip, keep.min(self.rows_left.unwrap_or(usize::MAX))) {
+                        return self.fail(k, e);
                     }
                     if let Some(left) = self.rows_left.as_mut() {
-                        if table.num_rows() > *left
-                            && let Err(e) = table.slice(0, *left)
-                        {
-                            self.done = true;
-                            return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
-                        }
                         *left -= table.num_rows();
                     }
                     if k == 0 {
@@ -622,8 +621,7 @@ impl DeviceBatchReader {
                     if self.split(k) {
                         continue;
                     }
-                    self.done = true;
-                    return Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)));
+                    return self.fail(k, e);
                 }
                 Err(e) => {
                     self.cancel_prefetch();
@@ -631,32 +629,27 @@ impl DeviceBatchReader {
                     // nvCOMP never finished on this pass: its context was
                     // abandoned for a fresh one; the rest of the file is read
                     // with CPU decompression, whose verdict on the pass stands.
-                    if let Error::GpuContextLost { call: crate::cuda::DEADLINE, recovered: true, detail, .. } = &e
-                        && self.options.decompress != DecompressMode::Cpu
-                    {
-                        tracing::warn!(file = %self.files[self.passes[k].file].0.display(), %detail, "nvCOMP hung; reading on with CPU decompression");
-                        match self.renew_context() {
-                            Ok(()) => {
-                                self.options.decompress = DecompressMode::Cpu;
-                                self.hung = Some(k);
-                                continue;
-                            }
-                            Err(again) => {
-                                self.done = true;
-                                return Some(Err(again));
-                            }
+                    if super::nvcomp_hung(&e, &self.options) {
+                        tracing::warn!(file = %self.files[self.passes[k].file].0.display(), error = %e, "nvCOMP hung; reading on with CPU decompression");
+                        if let Err(again) = self.renew_context() {
+                            self.done = true;
+                            return Some(Err(again));
                         }
+                        self.options.decompress = DecompressMode::Cpu;
+                        self.hung = Some(k);
+                        continue;
                     }
                     self.done = true;
-                    return Some(Err(match e {
-                        Error::CorruptPage { file, row_group, column, page, kind, detail } if self.hung == Some(k) => {
-                            Error::CorruptPage { file, row_group, column, page, kind, detail: format!("{detail}; {}", super::NVCOMP_HUNG) }
-                        }
-                        other => other,
-                    }));
+                    return Some(Err(if self.hung == Some(k) { super::after_nvcomp_hang(e) } else { e }));
                 }
             }
         }
+    }
+
+    /// Ends the iteration with `e`, after the read's cleanup on pass `k`'s stream.
+    fn fail(&mut self, k: usize, e: Error) -> Option<Result<DeviceTable>> {
+        self.done = true;
+        Some(Err(super::after_failure(&self.ctx, &self.streams[k % 2], e)))
     }
 
     /// A fresh context and streams after the old context was abandoned.

@@ -36,7 +36,7 @@ pub fn read_column_chunks(path: impl AsRef<Path>, options: &ReadOptions) -> Resu
 }
 
 /// Appended to the error of a file that made nvCOMP hang.
-pub(crate) const NVCOMP_HUNG: &str = "nvCOMP never finished on this file, so its GPU context was abandoned and the file read again with CPU decompression";
+const NVCOMP_HUNG: &str = "nvCOMP never finished on this file, so its GPU context was abandoned and the file read again with CPU decompression";
 
 /// The stream a read runs on, charged to the read's memory budget if it has one.
 fn read_stream(ctx: &Arc<GpuContext>, path: &Path, options: &ReadOptions) -> Result<Arc<GpuStream>> {
@@ -119,22 +119,26 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
         // nvCOMP never finished (it can loop forever on a corrupt ZSTD page
         // the device check cannot see into): the context was abandoned for a
         // fresh one; the CPU decoders give the page's verdict.
-        Err(Error::GpuContextLost { call: crate::cuda::DEADLINE, recovered: true, detail, .. })
-            if options.decompress != DecompressMode::Cpu =>
-        {
-            warn!(file = %path.display(), %detail, "reading again with CPU decompression after nvCOMP hung");
+        Err(e) if nvcomp_hung(&e, options) => {
+            warn!(file = %path.display(), error = %e, "reading again with CPU decompression after nvCOMP hung");
             let cpu = ReadOptions { decompress: DecompressMode::Cpu, ..options.clone() };
-            read_with(path, Some(footer), &cpu).map_err(|e| match e {
-                Error::CorruptPage { file, row_group, column, page, kind, detail } => Error::CorruptPage {
-                    file,
-                    row_group,
-                    column,
-                    page,
-                    kind,
-                    detail: format!("{detail}; {NVCOMP_HUNG}"),
-                },
-                other => other,
-            })
+            read_with(path, Some(footer), &cpu).map_err(after_nvcomp_hang)
+        }
+        other => other,
+    }
+}
+
+/// Whether a read failed because nvCOMP never finished and its context was
+/// replaced, so that it can be read again with CPU decompression.
+fn nvcomp_hung(e: &Error, options: &ReadOptions) -> bool {
+    matches!(e, Error::GpuContextLost { call: crate::cuda::DEADLINE, recovered: true, .. }) && options.decompress != DecompressMode::Cpu
+}
+
+/// A page error of that second read, saying why there was one.
+fn after_nvcomp_hang(e: Error) -> Error {
+    match e {
+        Error::CorruptPage { file, row_group, column, page, kind, detail } => {
+            Error::CorruptPage { file, row_group, column, page, kind, detail: format!("{detail}; {NVCOMP_HUNG}") }
         }
         other => other,
     }

@@ -163,10 +163,7 @@ fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
             runs.len()
         );
         if args.verify {
-            let got = table.to_record_batch()?;
-            let expected = arrow_rs_read(&file, &options)?;
-            let same = got.num_rows() == expected.num_rows()
-                && got.columns().iter().zip(expected.columns()).all(|(a, b)| a == b);
+            let same = same_rows(&table.to_record_batch()?, &arrow_rs_read(&file, &options)?);
             println!("  verify:        {}", if same { "equal to arrow-rs" } else { "DIFFERS from arrow-rs" });
             failed |= !same;
         }
@@ -204,57 +201,60 @@ pub fn arrow_rs_read(file: &Path, options: &ReadOptions) -> gpq::Result<arrow::a
     Ok(arrow::array::RecordBatch::try_new(plan.schema().clone(), cols)?)
 }
 
+/// Whether two batches hold the same rows (column by column, in order).
+fn same_rows(got: &arrow::array::RecordBatch, expected: &arrow::array::RecordBatch) -> bool {
+    got.num_rows() == expected.num_rows() && got.columns().iter().zip(expected.columns()).all(|(a, b)| a == b)
+}
+
 /// `gpq read --batch-rows/--memory-limit`: the file, or all of a
 /// directory's files as one sequence, through the batch reader, every batch
 /// freed before the next (a consumer that keeps none).
 fn run_batches(args: &ReadArgs) -> gpq::Result<ExitCode> {
     let options = options_from(args)?;
-    let mut failed = false;
     let files = gpq::parquet_files(&args.path)?;
-    {
-        let mut walls = Vec::new();
-        let mut last = None;
-        for _ in 0..args.repeat.max(1) {
-            let t = std::time::Instant::now();
-            let mut builder = gpq::DeviceReaderBuilder::try_new_files(&files)?.with_options(options.clone());
-            if let Some(r) = args.batch_rows {
-                builder = builder.with_batch_rows(r);
-            }
-            if let Some(m) = args.memory_limit {
-                builder = builder.with_device_memory_limit(m);
-            }
-            let mut reader = builder.build()?;
-            let (mut batches, mut rows, mut decoded) = (0usize, 0usize, 0u64);
-            let mut host = Vec::new();
-            for batch in reader.by_ref() {
-                let batch = batch?;
-                batches += 1;
-                rows += batch.num_rows();
-                decoded += batch.device_bytes();
-                if args.verify {
-                    host.push(batch.to_record_batch()?);
-                }
-            }
-            walls.push(t.elapsed().as_secs_f64());
-            last = Some((batches, rows, decoded, reader.peak_device_memory(), reader.schema().clone(), host));
+    let mut walls = Vec::new();
+    let mut last = None;
+    for _ in 0..args.repeat.max(1) {
+        let t = std::time::Instant::now();
+        let mut builder = gpq::DeviceReaderBuilder::try_new_files(&files)?.with_options(options.clone());
+        if let Some(r) = args.batch_rows {
+            builder = builder.with_batch_rows(r);
         }
-        let Some((batches, rows, decoded, peak, schema, host)) = last else { return Ok(ExitCode::SUCCESS) };
-        let med = median(&mut walls);
-        println!("{} ({} file{})", args.path.display(), files.len(), if files.len() == 1 { "" } else { "s" });
-        println!("  batches:       {batches} ({rows} rows)");
-        println!("  wall:          {:.2} ms (median of {}), {:.2} GB/s decoded ({})", med * 1e3, walls.len(), decoded as f64 / med / 1e9, human_bytes(decoded));
-        match (peak, args.memory_limit) {
-            (Some(p), Some(l)) => println!("  device memory: peak {} of the {} limit", human_bytes(p), human_bytes(l)),
-            _ => println!("  device memory: no limit"),
+        if let Some(m) = args.memory_limit {
+            builder = builder.with_device_memory_limit(m);
         }
-        if args.verify {
-            let got = arrow::compute::concat_batches(&schema, &host)?;
-            let parts = files.iter().map(|f| arrow_rs_read(f, &options)).collect::<gpq::Result<Vec<_>>>()?;
-            let expected = arrow::compute::concat_batches(&schema, &parts)?;
-            let same = got.num_rows() == expected.num_rows() && got.columns().iter().zip(expected.columns()).all(|(a, b)| a == b);
-            println!("  verify:        {}", if same { "equal to arrow-rs" } else { "DIFFERS from arrow-rs" });
-            failed |= !same;
+        let mut reader = builder.build()?;
+        let (mut batches, mut rows, mut decoded) = (0usize, 0usize, 0u64);
+        let mut host = Vec::new();
+        for batch in reader.by_ref() {
+            let batch = batch?;
+            batches += 1;
+            rows += batch.num_rows();
+            decoded += batch.device_bytes();
+            if args.verify {
+                host.push(batch.to_record_batch()?);
+            }
+        }
+        walls.push(t.elapsed().as_secs_f64());
+        last = Some((batches, rows, decoded, reader.peak_device_memory(), reader.schema().clone(), host));
+    }
+    let Some((batches, rows, decoded, peak, schema, host)) = last else { return Ok(ExitCode::SUCCESS) };
+    let med = median(&mut walls);
+    println!("{} ({} file{})", args.path.display(), files.len(), if files.len() == 1 { "" } else { "s" });
+    println!("  batches:       {batches} ({rows} rows)");
+    println!("  wall:          {:.2} ms (median of {}), {:.2} GB/s decoded ({})", med * 1e3, walls.len(), decoded as f64 / med / 1e9, human_bytes(decoded));
+    match (peak, args.memory_limit) {
+        (Some(p), Some(l)) => println!("  device memory: peak {} of the {} limit", human_bytes(p), human_bytes(l)),
+        _ => println!("  device memory: no limit"),
+    }
+    if args.verify {
+        let got = arrow::compute::concat_batches(&schema, &host)?;
+        let parts = files.iter().map(|f| arrow_rs_read(f, &options)).collect::<gpq::Result<Vec<_>>>()?;
+        let same = same_rows(&got, &arrow::compute::concat_batches(&schema, &parts)?);
+        println!("  verify:        {}", if same { "equal to arrow-rs" } else { "DIFFERS from arrow-rs" });
+        if !same {
+            return Ok(ExitCode::FAILURE);
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(ExitCode::SUCCESS)
 }

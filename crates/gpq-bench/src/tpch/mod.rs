@@ -338,7 +338,8 @@ pub fn generate_table(
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Open { file: dir.to_path_buf(), source })?;
     let path = dir.join(format!("{}.parquet", table.name()));
-    write_parts(table, &path, options, 0..options.parts(table), progress)
+    write_parts(table, &path, options, 0..options.parts(table), progress)?;
+    Ok(path)
 }
 
 /// Generates `table` as `files` files (`dir/<table>/part-00000.parquet`, ...),
@@ -356,32 +357,24 @@ pub fn generate_table_files(
     std::fs::create_dir_all(&folder).map_err(|source| Error::Open { file: folder.clone(), source })?;
     let parts = options.parts(table);
     let files = files.clamp(1, parts as usize) as i32;
-    let written = AtomicUsize::new(0);
+    let mut written = 0u64;
     for f in 0..files {
         let range = parts * f / files..parts * (f + 1) / files;
         let path = folder.join(format!("part-{f:05}.parquet"));
-        let before = written.load(Ordering::Relaxed) as u64;
-        write_parts(table, &path, options, range, &|rows| progress(before + rows))?;
-        let rows: u64 = parquet::file::reader::FileReader::metadata(
-            &parquet::file::serialized_reader::SerializedFileReader::new(File::open(&path).map_err(|source| Error::Open { file: path.clone(), source })?)
-                .map_err(|source| Error::Metadata { file: path.clone(), source })?,
-        )
-        .file_metadata()
-        .num_rows()
-        .max(0) as u64;
-        written.fetch_add(rows as usize, Ordering::Relaxed);
+        written += write_parts(table, &path, options, range, &|rows| progress(written + rows))?;
     }
     Ok(folder)
 }
 
-/// Writes parts `range` (of `options.parts(table)`) of `table` to `path`, one row group each.
+/// Writes parts `range` (of `options.parts(table)`) of `table` to `path`,
+/// one row group each; returns the rows written.
 fn write_parts(
     table: Table,
     path: &Path,
     options: &GenOptions,
     range: std::ops::Range<i32>,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<PathBuf> {
+) -> Result<u64> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let path = path.to_path_buf();
     // A name no other writer uses, so generators running at the same time
@@ -493,7 +486,7 @@ fn write_parts(
         return Err(e);
     }
     std::fs::rename(&tmp, &path).map_err(|source| Error::Open { file: path.clone(), source })?;
-    Ok(path)
+    Ok(total_rows)
 }
 
 fn write_batch(
