@@ -51,6 +51,9 @@ pub struct Decompressed {
     pub(crate) pages: Vec<(u64, u32)>,
     /// Owns the decompressed pages (read through `pages`).
     pub(crate) _buffer: DeviceBuffer,
+    /// Exchange buffers of the nvCOMP worker holding pages it decompressed
+    /// (read in place through `pages`); after `_buffer` in drop order.
+    pub(crate) _exchanges: Vec<isolated::HeldExchange>,
     /// What happened.
     pub(crate) stats: DecompressStats,
     /// The device chunks (address, length) the pages came from.
@@ -82,6 +85,9 @@ struct Job {
     /// Offset of the values in the output buffer.
     out_offset: u64,
     out_len: usize,
+    /// Level bytes of a v2 page, stored uncompressed in front of `input`
+    /// (they go in front of the values).
+    levels: u64,
 }
 
 const SLOT_ALIGN: u64 = 256;
@@ -154,6 +160,7 @@ pub(crate) fn decompress(
             input_len: (p.compressed_size as u64 - levels) as usize,
             out_offset: values_offset,
             out_len: out_len as usize,
+            levels,
         });
     }
 
@@ -168,7 +175,7 @@ pub(crate) fn decompress(
     };
     let source = table.source;
     if jobs.is_empty() && level_copies.is_empty() {
-        return Ok(Decompressed { pages, _buffer: buffer, stats, source });
+        return Ok(Decompressed { pages, _buffer: buffer, _exchanges: Vec::new(), stats, source });
     }
 
     // Split by who decompresses.
@@ -345,6 +352,7 @@ pub(crate) fn decompress(
     // Pages no device check vouches for: nvCOMP in the worker process; any
     // failure there sends the whole batch to the CPU decoder.
     let gpu_retries = retry.len();
+    let mut exchanges = Vec::new();
     for (codec, list) in isolated_jobs {
         // The device's structural check (ZSTD frame and block headers) first:
         // pages it rejects go to the CPU decoder without troubling the worker.
@@ -359,8 +367,12 @@ pub(crate) fn decompress(
         if list.is_empty() {
             continue;
         }
-        match decompress_isolated(stream, &kernels, &buffer, codec, &list) {
-            Ok(version) => {
+        match decompress_isolated(stream, &kernels, codec, &list) {
+            Ok((version, held, in_place)) => {
+                for (page, addr) in in_place {
+                    pages[page].0 = addr;
+                }
+                exchanges.push(held);
                 stats.gpu_pages += list.len();
                 stats.isolated_pages += list.len();
                 stats.nvcomp_version.get_or_insert(version);
@@ -387,20 +399,22 @@ pub(crate) fn decompress(
     if stats.gpu_pages > 0 {
         info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
     }
-    Ok(Decompressed { pages, _buffer: buffer, stats, source })
+    Ok(Decompressed { pages, _buffer: buffer, _exchanges: exchanges, stats, source })
 }
 
 /// Decompresses `list` (pages of one codec) with nvCOMP in the worker
-/// process, through its exchange buffer, into their slots of `out`. Returns
-/// the worker's nvCOMP version, or why it could not (then no slot of `out`
-/// has been written).
+/// process, through its exchange buffer, where the pages stay to be decoded
+/// in place (a v2 page's level bytes are copied in front of its values
+/// there): the exchange buffer comes back held for them, with each page's
+/// (page, device address). Returns the worker's nvCOMP version too, or why
+/// it could not (then no slot of `out` has been written).
+#[allow(clippy::type_complexity)]
 fn decompress_isolated(
     stream: &Arc<GpuStream>,
     kernels: &Kernels,
-    out: &DeviceBuffer,
     codec: Codec,
     list: &[&Job],
-) -> std::result::Result<String, String> {
+) -> std::result::Result<(String, isolated::HeldExchange, Vec<(usize, u64)>), String> {
     // An input keeps its offset within 16 bytes where nvCOMP's alignment
     // allows, so that its copy into the exchange goes 16 bytes at a time.
     let input_align = nvcomp::nvcomp().ok().and_then(|l| l.alignments(codec).ok()).map_or(SLOT_ALIGN, |a| a.input.max(1) as u64);
@@ -411,6 +425,7 @@ fn decompress_isolated(
         input_lens: list.iter().map(|j| to_u32(j.input_len)).collect::<std::result::Result<_, _>>()?,
         output_lens: list.iter().map(|j| to_u32(j.out_len)).collect::<std::result::Result<_, _>>()?,
         skews: list.iter().map(|j| skew(j.input)).collect(),
+        prefixes: list.iter().map(|j| to_u32(j.levels as usize)).collect::<std::result::Result<_, _>>()?,
     };
     let (slots, at) = layout.slots();
     let mut lease = isolated::Lease::acquire(stream.context(), at)?;
@@ -419,7 +434,18 @@ fn decompress_isolated(
     let copy = |copies: Vec<CopyDesc>, keep: &mut Vec<DeviceBuffer>, hold: &mut Vec<Vec<u8>>| {
         batched_copy(stream, kernels, &copies, keep, hold).and_then(|_| stream.synchronize()).map_err(|e| e.to_string())
     };
-    let copies_in = list.iter().zip(&slots).map(|(j, s)| CopyDesc { src: j.input, dst: base + s.input, len: s.input_len }).collect();
+    // The compressed bytes into their slots, and the level bytes of v2 pages
+    // in front of their outputs.
+    let copies_in = list
+        .iter()
+        .zip(&slots)
+        .map(|(j, s)| CopyDesc { src: j.input, dst: base + s.input, len: s.input_len })
+        .chain(list.iter().zip(&slots).filter(|(j, _)| j.levels > 0).map(|(j, s)| CopyDesc {
+            src: j.input - j.levels,
+            dst: base + s.output - j.levels,
+            len: j.levels,
+        }))
+        .collect();
     let t = Instant::now();
     copy(copies_in, &mut keep, &mut hold)?;
     let copy_in = t.elapsed();
@@ -433,10 +459,7 @@ fn decompress_isolated(
             return Err(e);
         }
     }
-    let copies_out =
-        list.iter().zip(&slots).map(|(j, s)| CopyDesc { src: base + s.output, dst: out.ptr() + j.out_offset, len: s.output_len }).collect();
-    let t = Instant::now();
-    copy(copies_out, &mut keep, &mut hold)?;
+    let in_place = list.iter().zip(&slots).map(|(j, s)| (j.page, base + s.output - j.levels)).collect();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     debug!(
         pages = list.len(),
@@ -444,10 +467,11 @@ fn decompress_isolated(
         round_trip_ms = ms(round_trip),
         worker_ms = ms(answer.worker_time),
         nvcomp_ms = ms(answer.nvcomp_time),
-        copy_out_ms = ms(t.elapsed()),
+        worker = %answer.phases,
         "nvCOMP worker batch"
     );
-    Ok(lease.version())
+    let version = lease.version();
+    Ok((version, lease.hold(stream), in_place))
 }
 
 /// Runs the device's structural check of `codec` (where it has one) over

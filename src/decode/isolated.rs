@@ -7,19 +7,23 @@
 //! go to `gpq-nvcomp-worker`, a child process with a CUDA context of its own
 //! on the same GPU. The pages travel through an exchange buffer the two
 //! share by CUDA IPC: the parent copies the compressed pages in (on the
-//! device), the worker runs nvCOMP from and into it and reports the pages
-//! that failed (status, or a size other than promised), and the parent
-//! copies the results out. Requests carry page sizes only (9 bytes a
-//! page); both sides derive the slots from them (`BatchLayout`). The parent waits
-//! with a deadline. A worker that faults, dies, overruns the deadline or
-//! reports any failed page is killed and not reused (corrupt input may have
-//! written anywhere in its memory), the exchange buffer is freed, and the
-//! batch's pages go to the CPU decoder, whose verdict stands.
+//! device; a v2 page's level bytes in front of its output), the worker runs
+//! nvCOMP from and into it and reports the pages that failed (status, or a
+//! size other than promised), and the parent decodes the pages where the
+//! worker left them. Requests carry page sizes only (13 bytes a page); both
+//! sides derive the slots from them (`BatchLayout`). The parent waits with
+//! a deadline. A worker that faults, dies, overruns the deadline or reports
+//! any failed page is killed and not reused (corrupt input may have written
+//! anywhere in its memory), the exchange buffer is freed, and the batch's
+//! pages go to the CPU decoder, whose verdict stands.
 //!
 //! The exchange buffer (the batch's compressed and decompressed bytes) is
-//! kept for the next batch, grows in 64 MiB steps, is freed with a failed
-//! batch, and is not charged to a read's device-memory budget; the worker's
-//! own context and nvCOMP scratch live in its process.
+//! held by the read until its pages are decoded (`HeldExchange`), then kept
+//! for the next batch; a batch that finds it held gets one of its own (the
+//! one given back later is freed once the worker no longer maps it). It
+//! grows in 64 MiB steps, is freed with a failed batch, and is not charged
+//! to a read's device-memory budget; the worker's own context and nvCOMP
+//! scratch live in its process.
 //!
 //! The worker binary is looked for at `$GPQ_NVCOMP_WORKER` (`off` disables
 //! the worker), else beside the running executable or in its parent folder
@@ -38,7 +42,7 @@ use cudarc::driver::sys;
 use tracing::{info, warn};
 
 use super::nvcomp::{self, Batch, Codec};
-use crate::cuda::{DeviceBuffer, GpuContext, as_bytes, from_bytes};
+use crate::cuda::{DeviceBuffer, GpuContext, GpuStream, as_bytes, from_bytes};
 
 /// File name of the worker executable.
 pub const WORKER_NAME: &str = "gpq-nvcomp-worker";
@@ -46,7 +50,7 @@ pub const WORKER_NAME: &str = "gpq-nvcomp-worker";
 const HELLO: &[u8; 4] = b"GPQW";
 const REQUEST: &[u8; 4] = b"GPQR";
 const ANSWER: &[u8; 4] = b"GPQA";
-const PROTOCOL: u32 = 2;
+const PROTOCOL: u32 = 3;
 /// Exchange buffers grow in steps of this many bytes.
 const EXCHANGE_STEP: u64 = 64 << 20;
 /// How long a new worker may take to start, at least.
@@ -69,8 +73,9 @@ pub(crate) struct Slot {
 }
 
 /// The pages of a batch as a request carries them: their sizes and where
-/// each input starts within 16 bytes. Both sides derive the slots from it
-/// (`slots`), so the request is 9 bytes a page.
+/// each input starts within 16 bytes, and the room each output keeps in
+/// front of it. Both sides derive the slots from it (`slots`), so the
+/// request is 13 bytes a page.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BatchLayout {
     /// Per page: compressed bytes.
@@ -79,11 +84,15 @@ pub(crate) struct BatchLayout {
     pub output_lens: Vec<u32>,
     /// Per page: the input's offset past its slot's 256-byte boundary (< 16).
     pub skews: Vec<u8>,
+    /// Per page: bytes kept free just in front of its output (a v2 page's
+    /// level bytes go there, so the page is whole where it was decompressed).
+    pub prefixes: Vec<u32>,
 }
 
 impl BatchLayout {
     /// The slots: every input (from a 256-byte boundary plus its skew), then
-    /// every output (from 256-byte boundaries); and the bytes they span.
+    /// every output (from 256-byte boundaries, its prefix's room in front);
+    /// and the bytes they span.
     pub(crate) fn slots(&self) -> (Vec<Slot>, u64) {
         let align = |x: u64| x.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
         let mut slots = Vec::with_capacity(self.input_lens.len());
@@ -93,9 +102,9 @@ impl BatchLayout {
             slots.push(Slot { input, input_len: len as u64, output: 0, output_len: self.output_lens[k] as u64 });
             at = align(input + len as u64);
         }
-        for s in &mut slots {
-            s.output = at;
-            at = align(at + s.output_len);
+        for (k, s) in slots.iter_mut().enumerate() {
+            s.output = align(at + self.prefixes[k] as u64);
+            at = align(s.output + s.output_len);
         }
         (slots, at)
     }
@@ -110,6 +119,8 @@ impl BatchLayout {
 pub(crate) struct Answer {
     pub worker_time: Duration,
     pub nvcomp_time: Duration,
+    /// The worker's breakdown of its time (`name=value` words), for the debug log.
+    pub phases: String,
 }
 
 struct Worker {
@@ -132,6 +143,9 @@ struct Client {
     exchange: Option<Exchange>,
     generation: u64,
     failed_starts: u32,
+    /// Exchange buffers the worker may still have mapped: freed after its
+    /// next answer (it maps only the buffer of the request it serves).
+    retired: Vec<DeviceBuffer>,
 }
 
 fn clients() -> &'static Mutex<HashMap<usize, Client>> {
@@ -224,8 +238,6 @@ pub(crate) fn prestart(ctx: &Arc<GpuContext>) {
 pub(crate) struct Lease {
     guard: MutexGuard<'static, HashMap<usize, Client>>,
     ordinal: usize,
-    /// Exchange buffers the worker may still have mapped (freed after its answer).
-    retired: Vec<DeviceBuffer>,
 }
 
 impl Lease {
@@ -254,7 +266,6 @@ impl Lease {
                 }
             }
         }
-        let mut retired = Vec::new();
         if client.exchange.as_ref().is_none_or(|x| x.buffer.len() < bytes) {
             let len = bytes.max(1).div_ceil(EXCHANGE_STEP) * EXCHANGE_STEP;
             let buffer = DeviceBuffer::alloc_plain(ctx, len, "nvCOMP worker exchange").map_err(|e| e.to_string())?;
@@ -266,10 +277,10 @@ impl Lease {
             }
             client.generation += 1;
             if let Some(old) = client.exchange.replace(Exchange { buffer, handle, generation: client.generation }) {
-                retired.push(old.buffer);
+                client.retired.push(old.buffer);
             }
         }
-        Ok(Lease { guard, ordinal, retired })
+        Ok(Lease { guard, ordinal })
     }
 
     fn client(&mut self) -> &mut Client {
@@ -294,7 +305,7 @@ impl Lease {
     /// been overwritten by the bad one) and stops the worker.
     pub(crate) fn run(&mut self, codec: Codec, layout: &BatchLayout, limit: Duration) -> std::result::Result<Answer, String> {
         let result = self.exchange_batch(codec, layout, limit);
-        self.retired.clear();
+        self.client().retired.clear();
         if result.is_err() {
             self.abandon();
         }
@@ -309,7 +320,7 @@ impl Lease {
         };
         let worker = client.worker.as_mut().ok_or("no worker")?;
         let n = u32::try_from(layout.len()).map_err(|_| "too many pages for one batch".to_string())?;
-        let mut msg = Vec::with_capacity(96 + 9 * layout.len());
+        let mut msg = Vec::with_capacity(96 + 13 * layout.len());
         msg.extend_from_slice(REQUEST);
         msg.extend_from_slice(&codec_code(codec).to_le_bytes());
         msg.extend_from_slice(&n.to_le_bytes());
@@ -319,6 +330,7 @@ impl Lease {
         msg.extend_from_slice(as_bytes(&layout.input_lens));
         msg.extend_from_slice(as_bytes(&layout.output_lens));
         msg.extend_from_slice(&layout.skews);
+        msg.extend_from_slice(as_bytes(&layout.prefixes));
         worker.to.write_all(&msg).and_then(|_| worker.to.flush()).map_err(|e| format!("writing to the nvCOMP worker: {e}"))?;
         let until = Instant::now() + limit;
         let mut head = [0u8; 12];
@@ -364,8 +376,11 @@ impl Lease {
         }
         // On success the text is the worker's times in microseconds: all, and nvCOMP's part.
         let text = String::from_utf8_lossy(&text);
-        let mut us = text.split_whitespace().map(|t| Duration::from_micros(t.parse().unwrap_or(0)));
-        Ok(Answer { worker_time: us.next().unwrap_or_default(), nvcomp_time: us.next().unwrap_or_default() })
+        let mut words = text.split_whitespace();
+        let mut us = || Duration::from_micros(words.next().and_then(|t| t.parse().ok()).unwrap_or(0));
+        let (worker_time, nvcomp_time) = (us(), us());
+        let phases = words.collect::<Vec<_>>().join(" ");
+        Ok(Answer { worker_time, nvcomp_time, phases })
     }
 
     /// Kills the worker and frees the exchange buffer (for a batch whose
@@ -377,6 +392,45 @@ impl Lease {
             let _ = w.child.wait();
         }
         client.exchange = None;
+        client.retired.clear();
+    }
+
+    /// Ends the lease keeping the exchange buffer, with the outputs of the
+    /// batch just run, for the reader's decoders: the worker is free for
+    /// other batches (which get an exchange buffer of their own meanwhile),
+    /// and the buffer returns when the [`HeldExchange`] is dropped.
+    pub(crate) fn hold(mut self, stream: &Arc<GpuStream>) -> HeldExchange {
+        let ordinal = self.ordinal;
+        let exchange = self.client().exchange.take();
+        HeldExchange { ordinal, exchange, stream: stream.clone() }
+    }
+}
+
+/// An exchange buffer taken out of the worker's rotation while a read's
+/// decoders use the pages the worker decompressed into it (so they need not
+/// be copied out). Dropping it waits for the reading stream (its kernels
+/// may still read the pages), then gives the buffer back for the next batch,
+/// or, where another one has taken its place meanwhile, frees it once the
+/// worker no longer maps it.
+pub(crate) struct HeldExchange {
+    ordinal: usize,
+    exchange: Option<Exchange>,
+    stream: Arc<GpuStream>,
+}
+
+impl Drop for HeldExchange {
+    fn drop(&mut self) {
+        let Some(exchange) = self.exchange.take() else { return };
+        if self.stream.synchronize().is_err() {
+            return; // a lost context: the buffer goes with it
+        }
+        let mut guard = clients().lock().unwrap_or_else(|p| p.into_inner());
+        let client = guard.entry(self.ordinal).or_default();
+        if client.exchange.is_none() {
+            client.exchange = Some(exchange);
+        } else if client.worker.is_some() {
+            client.retired.push(exchange.buffer);
+        }
     }
 }
 
@@ -519,30 +573,59 @@ unsafe fn run_batch(
     codec: Codec,
     args: &[u64],
     n: usize,
-) -> std::result::Result<(Vec<u8>, Duration), String> {
+) -> std::result::Result<(Vec<u8>, BatchPhases), String> {
     let e = |e: crate::error::Error| e.to_string();
     let capacities = &args[2 * n..3 * n];
     let max_chunk = capacities.iter().copied().max().unwrap_or(0) as usize;
     let total = capacities.iter().sum::<u64>() as usize;
+    let mut phases = BatchPhases::default();
+    let t = Instant::now();
     let d_in = DeviceBuffer::from_host(stream, as_bytes(args), "nvCOMP arguments").map_err(e)?;
+    phases.upload = t.elapsed();
+    let t = Instant::now();
     let d_out = DeviceBuffer::alloc(stream, 12 * n as u64, "nvCOMP results").map_err(e)?;
     d_out.fill(stream, 0xff).map_err(e)?;
     let temp_bytes = lib.temp_size(codec, n, max_chunk, total, stream.raw().cast())?;
     let temp = DeviceBuffer::alloc(stream, temp_bytes as u64, "nvCOMP scratch").map_err(e)?;
+    phases.setup = t.elapsed();
+    phases.temp_bytes = temp_bytes as u64;
     let batch = Batch::packed(d_in.ptr(), d_out.ptr(), n);
     let t = Instant::now();
     // SAFETY: the argument and result arrays hold n entries in device memory;
     // the pages' memory is the caller's promise; everything lives until the
     // synchronize below.
     unsafe { lib.decompress(codec, &batch, temp.ptr(), temp_bytes, stream.raw().cast())? };
+    phases.launch = t.elapsed();
     stream.synchronize().map_err(e)?;
-    let nvcomp_time = t.elapsed();
+    phases.nvcomp = t.elapsed();
+    let t = Instant::now();
     let results = d_out.to_host().map_err(e)?;
+    phases.download = t.elapsed();
+    let t = Instant::now();
     drop((d_in, d_out, temp));
     // The frees are queued on the stream: let them finish before answering,
     // so that the worker's context is idle while the reader decodes.
     stream.synchronize().map_err(e)?;
-    Ok((results, nvcomp_time))
+    phases.release = t.elapsed();
+    Ok((results, phases))
+}
+
+/// Where a worker batch's time went (reported to the reader's debug log).
+#[derive(Debug, Default, Clone, Copy)]
+struct BatchPhases {
+    /// The argument arrays to the device.
+    upload: Duration,
+    /// Result arrays, nvCOMP's scratch size and its allocation.
+    setup: Duration,
+    temp_bytes: u64,
+    /// nvCOMP's call until it returns (its launches).
+    launch: Duration,
+    /// nvCOMP's call until the stream is idle (launch included).
+    nvcomp: Duration,
+    /// The results to the host.
+    download: Duration,
+    /// Frees, and the stream idle again.
+    release: Duration,
 }
 
 /// Decompresses one tiny ZSTD frame (a raw block holding "x") with nvCOMP.
@@ -621,15 +704,16 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
         if n > 1 << 24 {
             return Err("batch too large".into());
         }
-        let mut body = vec![0u8; 9 * n];
+        let mut body = vec![0u8; 13 * n];
         input.read_exact(&mut body).map_err(io)?;
         let layout = BatchLayout {
             input_lens: from_bytes(&body[..4 * n]),
             output_lens: from_bytes(&body[4 * n..8 * n]),
-            skews: body[8 * n..].to_vec(),
+            skews: body[8 * n..9 * n].to_vec(),
+            prefixes: from_bytes(&body[9 * n..]),
         };
         let started = Instant::now();
-        let result = (|| -> std::result::Result<(Vec<u8>, Duration), String> {
+        let result = (|| -> std::result::Result<(Vec<u8>, BatchPhases), String> {
             let codec = codec_of(codec).ok_or("unknown codec")?;
             if mapped.as_ref().is_none_or(|m| m.generation != generation) {
                 mapped = None;
@@ -662,7 +746,7 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
             unsafe { run_batch(lib, &stream, codec, &host, n) }
         })();
         match result {
-            Ok((bytes, nvcomp_time)) => {
+            Ok((bytes, phases)) => {
                 // Only the pages that failed go back: index, status, size.
                 let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
                 let statuses: Vec<i32> = from_bytes(&bytes[8 * n..12 * n]);
@@ -676,7 +760,18 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
                         count += 1;
                     }
                 }
-                let times = format!("{} {}", started.elapsed().as_micros(), nvcomp_time.as_micros());
+                let p = phases;
+                let times = format!(
+                    "{} {} upload_us={} setup_us={} scratch_bytes={} launch_us={} download_us={} release_us={}",
+                    started.elapsed().as_micros(),
+                    p.nvcomp.as_micros(),
+                    p.upload.as_micros(),
+                    p.setup.as_micros(),
+                    p.temp_bytes,
+                    p.launch.as_micros(),
+                    p.download.as_micros(),
+                    p.release.as_micros()
+                );
                 say(out, ANSWER, 0, None, &times).map_err(io)?;
                 out.write_all(&count.to_le_bytes()).and_then(|_| out.write_all(&failed)).and_then(|_| out.flush()).map_err(io)?;
             }
@@ -694,8 +789,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_keep_skews_stay_apart_and_align_outputs() {
-        let layout = BatchLayout { input_lens: vec![10, 0, 300, 7], output_lens: vec![40, 1, 0, 9000], skews: vec![3, 15, 0, 8] };
+    fn slots_keep_skews_prefixes_stay_apart_and_align_outputs() {
+        let layout = BatchLayout {
+            input_lens: vec![10, 0, 300, 7],
+            output_lens: vec![40, 1, 0, 9000],
+            skews: vec![3, 15, 0, 8],
+            prefixes: vec![0, 300, 5, 256],
+        };
         let (slots, end) = layout.slots();
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         for (k, s) in slots.iter().enumerate() {
@@ -703,7 +803,8 @@ mod tests {
             assert_eq!(s.output % SLOT_ALIGN, 0, "slot {k}: output on a boundary");
             assert_eq!((s.input_len, s.output_len), (layout.input_lens[k] as u64, layout.output_lens[k] as u64));
             ranges.push((s.input, s.input + s.input_len));
-            ranges.push((s.output, s.output + s.output_len));
+            // An output with its prefix's room in front.
+            ranges.push((s.output - layout.prefixes[k] as u64, s.output + s.output_len));
         }
         ranges.retain(|r| r.0 < r.1);
         ranges.sort();
