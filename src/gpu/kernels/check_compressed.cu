@@ -97,14 +97,16 @@ struct SnappyTag {
 
 GPQ_DEVICE SnappyTag snappy_tag_at(const u32* words, u32 at, u32 p, u32 in_len) {
   u32 s = 8 * (at & 3);
-  u32 w0 = staged_word(words, at >> 2), w1 = staged_word(words, (at >> 2) + 1), w2 = staged_word(words, (at >> 2) + 2);
+  // A tag is at most 5 bytes (the tag byte and 4 of length or offset): the
+  // two words from the one holding the tag byte hold them all.
+  u32 w0 = staged_word(words, at >> 2), w1 = staged_word(words, (at >> 2) + 1);
   u32 b0_3 = __funnelshift_r(w0, w1, s);
-  u32 b4_7 = __funnelshift_r(w1, w2, s);
+  u32 b4 = (w1 >> s) & 0xff;
   SnappyTag t;
   u32 tag = b0_3 & 0xff, t6 = tag >> 2;
   t.kind = tag & 3;
   u32 extra = t.kind == 0 ? (t6 >= 60 ? t6 - 59 : 0) : t.kind == 3 ? 4 : t.kind;
-  u32 after = (b0_3 >> 8) | (b4_7 << 24);   // the four bytes after the tag byte
+  u32 after = (b0_3 >> 8) | (b4 << 24);   // the four bytes after the tag byte
   u32 v = extra >= 4 ? after : after & ((1u << (8 * extra)) - 1);
   u32 header = 1 + extra;
   u32 left = p < in_len ? in_len - p : 0;
@@ -424,8 +426,12 @@ GPQ_DEVICE u32 check_zstd(const u8* in, u64 in_len, u64 out_len) {
 // SNAPPY pages are walked by the whole warp; LZ4_RAW and ZSTD by its first
 // lane alone (ZSTD's check jumps from block header to block header, and
 // LZ4_RAW is rare in Parquet files).
-// (Forcing 40 registers for 12 blocks per SM was measured slower on the
-// H200: 25.1 ms against 22.4 ms over SF10 lineitem.)
+// (Measured on the H200 over SF10 lineitem's SNAPPY pages, 2026-12-02,
+// scripts/bench_check_kernel.py: the kernel issues an instruction in about
+// 79 % of cycles, so it is bound by its instruction count, not by memory;
+// more resident warps were slower: a SNAPPY-only kernel at 32 or 40
+// registers 14.7 and 13.5 ms against 11.6 ms; so was checking a long
+// literal at a segment's start alone, without the shuffles: 12.6 ms.)
 extern "C" __global__ void __launch_bounds__(32 * CHECK_WARPS) gpq_check_compressed(u64* in_ptrs, u64* in_sizes, const u64* out_sizes, u32 codec,
                                                 u32 num_pages, u64 empty, u64 empty_len, u32* reasons) {
   __shared__ u32 windows[CHECK_WARPS][CHECK_STAGED / 4];
