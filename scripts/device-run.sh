@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage batches
+#           bench-coverage batches check-kernel
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -297,6 +297,13 @@ stage_batches() {
   done
   out=$(timeout 300 gpq read "$f" --memory-limit "${BATCH_VERIFY_LIMIT:-1GiB}" --verify 2>&1)
   note "batches verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
+  # Row windows: 1 % of the rows from the middle, the first 1000 rows (only their pages are read).
+  for sel in "--rows 30000000..30600000" "--limit 1000"; do
+    out=$(timeout 120 gpq read "$f" $sel --repeat 5 2>&1)
+    note "batches $sel: $(echo "$out" | grep -E 'batches:|bytes:|wall:|error' | tr -s ' ' | tr '\n' ';')"
+    out=$(timeout 300 gpq read "$f" $sel --verify 2>&1)
+    note "batches $sel verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
+  done
   # The same table as 100 files (about 25 MB each) read as one sequence, against the one file.
   d=$data/sf10-100files
   [ -d "$d/lineitem" ] || timeout 300 gpq gen -s 10 --tables lineitem --files 100 --out "$d" > /dev/null 2>&1
@@ -305,6 +312,25 @@ stage_batches() {
     out=$(timeout 300 gpq read "$src" --memory-limit 16GiB --repeat 5 2>&1)
     note "batches $(basename "$src"): $(echo "$out" | grep -E 'batches:|wall:' | tr -s ' ' | tr '\n' ';')"
   done
+}
+
+stage_check_kernel() {
+  # gpq_check_compressed alone over SF10 lineitem's SNAPPY pages (CuPy's
+  # NVRTC), with the variants in $CHECK_VARIANTS (files replacing
+  # check_compressed.cu) beside the source's; CHECK_NCU=1 adds a profile of
+  # the source's kernel (one launch) to the logs.
+  mkdir -p "$data/sf10"
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  python3 scripts/bench_check_kernel.py "$f" src/gpu/kernels ${CHECK_VARIANTS:-} > "$OUT/check-kernel.log" 2>&1
+  note "check-kernel: rc=$?"; cat "$OUT/check-kernel.log" | tee -a "$summary"
+  if [ "${CHECK_NCU:-0}" = 1 ]; then
+    ncu --clock-control none --kernel-name regex:gpq_check --launch-skip 2 --launch-count 1 --set detailed --import-source yes \
+      -o "$OUT/check-kernel" python3 scripts/bench_check_kernel.py "$f" src/gpu/kernels > "$OUT/check-kernel-ncu.log" 2>&1
+    note "check-kernel ncu: rc=$?"
+    ncu --import "$OUT/check-kernel.ncu-rep" --page details > "$OUT/check-kernel-ncu.txt" 2>&1
+    grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Registers Per|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|Stall" "$OUT/check-kernel-ncu.txt" | head -30 | tee -a "$summary"
+  fi
 }
 
 for s in "$@"; do

@@ -17,7 +17,7 @@ use gpq::{DeviceReaderBuilder, Error};
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{WriterProperties, WriterVersion};
 
 fn main() -> ExitCode {
     let device = probe_device();
@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "projection_masks_select_leaves", projection_masks_select_leaves),
         gpu_trial(&device, "several_files_are_one_sequence", several_files_are_one_sequence),
         gpu_trial(&device, "row_selections_read_only_their_row_groups", row_selections),
+        gpu_trial(&device, "offset_indexes_leave_unselected_pages_unread", page_pruning),
     ])
 }
 
@@ -303,4 +304,49 @@ fn row_selections(_: &Arc<GpuContext>) {
         .unwrap();
     assert!(reader.num_passes() > 1);
     assert_batches_equal("selection under a memory limit", &want(&[(390, 4000)]), &collect(reader).1);
+}
+
+/// A selection and a limit read, in flat columns, only the pages that hold
+/// wanted rows (the offset index says which), the dictionary pages too, and
+/// cut each column on the device at its own page boundaries.
+fn page_pruning(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+        // Two row groups of 2000 rows, pages of at most 100 rows (strings
+        // dictionary-encoded, `small` with nulls).
+        let path = common::write_paged_sample(&dir.path().join(format!("pages-{version:?}.parquet")), 4000, 2000, 100, version);
+        let expected = arrow_rs(&path).unwrap();
+        let read = |builder: DeviceReaderBuilder| {
+            let reader = builder.build().unwrap();
+            let schema = reader.schema().clone();
+            let (mut parts, mut requested) = (Vec::new(), 0u64);
+            for batch in reader {
+                let batch = batch.unwrap();
+                requested += batch.stats().io.as_ref().map_or(0, |io| io.bytes_requested);
+                parts.push(batch.to_record_batch().unwrap());
+            }
+            (arrow::compute::concat_batches(&schema, &parts).unwrap(), requested)
+        };
+        let (_, whole) = read(DeviceReaderBuilder::try_new(&path).unwrap());
+        // Rows 150..260 (inside row group 0) and 1950..2120 (across both).
+        let selection = RowSelection::from(vec![
+            RowSelector::skip(150),
+            RowSelector::select(110),
+            RowSelector::skip(1690),
+            RowSelector::select(170),
+            RowSelector::skip(1880),
+        ]);
+        let (got, requested) = read(DeviceReaderBuilder::try_new(&path).unwrap().with_row_selection(selection));
+        let want = arrow::compute::concat_batches(&expected.schema(), &[expected.slice(150, 110), expected.slice(1950, 170)]).unwrap();
+        assert_batches_equal(&format!("{version:?}: selection"), &want, &got);
+        assert!(requested * 3 < whole, "{version:?}: the selection asked for {requested} bytes, the whole file {whole}");
+        // A limit reads only the first pages (2050 rows reach into the second row group).
+        for limit in [1, 5, 100, 101, 2050] {
+            let (got, requested) = read(DeviceReaderBuilder::try_new(&path).unwrap().with_limit(limit));
+            assert_batches_equal(&format!("{version:?}: limit {limit}"), &expected.slice(0, limit), &got);
+            if limit <= 101 {
+                assert!(requested * 5 < whole, "{version:?}: limit {limit} asked for {requested} bytes of {whole}");
+            }
+        }
+    }
 }

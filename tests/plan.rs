@@ -7,6 +7,7 @@ use std::path::Path;
 
 use gpq::{ColumnSelector, Error, ReadOptions, ReadPlan};
 use parquet::basic::Compression;
+use parquet::file::properties::WriterVersion;
 
 fn sample(dir: &Path) -> std::path::PathBuf {
     common::write_sample(&dir.join("sample.parquet"), 10_000, 3_000, Compression::SNAPPY)
@@ -310,4 +311,52 @@ fn zero_row_row_groups_have_no_chunks() {
     assert_eq!(plan.num_rows(), 6);
     let groups: Vec<usize> = plan.chunks().iter().map(|c| c.row_group).collect();
     assert_eq!(groups, [0, 0, 0, 0, 0, 2, 2, 2, 2, 2]);
+}
+
+#[test]
+fn row_windows_plan_only_the_pages_holding_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two row groups of 2000 rows, pages of at most 100 rows, an offset index.
+    let path = common::write_paged_sample(&dir.path().join("paged.parquet"), 4000, 2000, 100, WriterVersion::PARQUET_1_0);
+    let io = ReadOptions::default().io;
+    let footer = gpq::read_footer_with_page_index(&path).unwrap();
+    assert!(footer.has_offset_index());
+    let whole = ReadPlan::from_footer(&path, footer.clone(), &ReadOptions::default()).unwrap();
+
+    // Rows 150..260: row group 0 only, each chunk from the page holding row
+    // 150 to the one holding row 259, and the dictionary page in front
+    // (`small`: a second span; the others have none, so one span).
+    let cut = whole.clone().with_row_window(150, 110, &io).unwrap();
+    assert_eq!((cut.num_rows(), cut.row_groups()), (110, &[0usize][..]));
+    for (c, &lead) in cut.chunks().iter().zip(cut.lead_rows()) {
+        assert!(c.first_row <= 150 && c.first_row + c.num_rows >= 260 && c.num_rows <= 300, "{c:?}");
+        assert_eq!((c.num_values, lead), (c.num_rows, 150 - c.first_row), "{c:?}");
+        let r = c.resume.expect("pages before row 100 are skipped");
+        assert!(r.skipped_pages >= 1 && r.file_offset >= c.file_offset + c.len, "{c:?}");
+        assert_eq!(c.len > 0, c.has_dictionary_page, "{c:?}");
+    }
+    assert!(cut.io().bytes_requested * 5 < whole.io().bytes_requested, "{} of {}", cut.io().bytes_requested, whole.io().bytes_requested);
+
+    // Rows 1950..2120: the end of row group 0 and the start of 1 (no pages skipped in front there).
+    let across = whole.clone().with_row_window(1950, 170, &io).unwrap();
+    assert_eq!(across.row_groups(), &[0, 1]);
+    for c in across.chunks() {
+        if c.row_group == 0 {
+            assert!(c.first_row <= 1950 && c.first_row + c.num_rows == 2000 && c.resume.is_some(), "{c:?}");
+        } else {
+            assert!(c.first_row == 0 && (120..=200).contains(&c.num_rows) && c.resume.is_none(), "{c:?}");
+        }
+    }
+    // The whole plan, unchanged; no rows, nothing to read; a cut plan is not cut again.
+    let same = whole.clone().with_row_window(0, u64::MAX, &io).unwrap();
+    assert_eq!(same.io(), whole.io());
+    let none = whole.clone().with_row_window(2000, 0, &io).unwrap();
+    assert!(none.chunks().is_empty() && none.num_rows() == 0 && none.lead_rows() == [0; 4]);
+    assert!(matches!(cut.clone().with_row_window(10, 10, &io), Err(Error::InvalidOptions(_))));
+
+    // Without an offset index: whole row groups, each column cut after decoding.
+    let plain = ReadPlan::from_footer(&path, gpq::read_footer(&path).unwrap(), &ReadOptions::default()).unwrap();
+    let cut = plain.with_row_window(150, 110, &io).unwrap();
+    assert!(cut.chunks().iter().all(|c| c.resume.is_none() && c.num_rows == 2000 && c.first_row == 0));
+    assert_eq!(cut.lead_rows(), &[150; 4]);
 }

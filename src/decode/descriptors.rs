@@ -8,16 +8,23 @@
 pub(crate) struct ChunkDesc {
     /// Chunk start in the device buffer.
     pub offset: u64,
-    /// Chunk length.
+    /// Chunk length (of its first span, where it has two).
     pub len: u64,
+    /// The second span, after skipped pages (a row window): its start in the device buffer.
+    pub resume_offset: u64,
+    /// Its length (0: no second span).
+    pub resume_len: u64,
     /// First slot of the chunk's pages in the page table.
     pub page_start: u32,
     /// Pages counted (pass 1) or slots reserved (pass 2).
     pub page_count: u32,
     /// Status of the walk.
     pub status: u32,
-    /// Page index the status refers to.
+    /// Page number the status refers to (skipped pages counted).
     pub error_page: u32,
+    /// Pages skipped between the two spans.
+    pub skipped_pages: u32,
+    pub pad: u32,
 }
 
 /// One page header as parsed on the device (page_headers.cu `PageInfo`).
@@ -289,7 +296,7 @@ pub(crate) mod nest_op {
     pub const GATHER_OFFSETS: u32 = 4;
 }
 
-const _: () = assert!(std::mem::size_of::<ChunkDesc>() == 32);
+const _: () = assert!(std::mem::size_of::<ChunkDesc>() == 56);
 const _: () = assert!(std::mem::size_of::<SlotTestDesc>() == 8);
 const _: () = assert!(std::mem::size_of::<NestOp>() == 48);
 const _: () = assert!(std::mem::size_of::<PageInfo>() == 80);

@@ -268,8 +268,10 @@ pub(crate) fn decode(chunks: &DeviceChunks, options: &ReadOptions) -> Result<Dec
     let (mode, check_pages) = (options.decompress, !options.skip_compressed_page_checks);
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
-    let num_rows = usize::try_from(plan.num_rows)
-        .map_err(|_| unsupported(plan, 0, format!("{} rows do not fit this machine's address space", plan.num_rows)))?;
+    // Columns read whole decode every row of the row groups; cut to a row
+    // window (`ReadPlan::lead_rows`) after.
+    let num_rows = usize::try_from(plan.group_rows)
+        .map_err(|_| unsupported(plan, 0, format!("{} rows do not fit this machine's address space", plan.group_rows)))?;
 
     let t = Instant::now();
     let table = pages::read_page_headers(chunks)?;
@@ -296,7 +298,7 @@ pub(crate) fn decode(chunks: &DeviceChunks, options: &ReadOptions) -> Result<Dec
     let pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
 
     let t = Instant::now();
-    let leaves = values::decode_columns(plan, &table, &dec, &recipes, num_rows, chunks.stream())?;
+    let leaves = values::decode_columns(plan, &table, &dec, &recipes, chunks.stream())?;
     let columns = assemble(plan, &recipes, leaves, num_rows, chunks.stream())?;
     Ok(Decoded { columns, page_headers, decompress, decode: t.elapsed(), decompression: dec.stats.clone(), pages, checksummed_pages })
 }
@@ -415,8 +417,8 @@ pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompres
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
     check_encodings(plan, table, &recipes)?;
-    let leaves = values::decode_columns(plan, table, pages, &recipes, plan.num_rows as usize, chunks.stream())?;
-    assemble(plan, &recipes, leaves, plan.num_rows as usize, chunks.stream())
+    let leaves = values::decode_columns(plan, table, pages, &recipes, chunks.stream())?;
+    assemble(plan, &recipes, leaves, plan.group_rows as usize, chunks.stream())
 }
 
 /// The nvCOMP version this process decompresses with and where it was

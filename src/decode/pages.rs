@@ -24,6 +24,9 @@ pub(crate) struct ChunkPages {
     pub data: Vec<usize>,
     /// Index of the first page of the chunk in the table (for page numbers in errors).
     pub first: usize,
+    /// Where the chunk's read skipped pages: the table index of the first
+    /// page after them, and how many there were (for page numbers in errors).
+    pub resumed: Option<(usize, usize)>,
 }
 
 /// The page table of a read: every page header of every chunk, checked
@@ -39,10 +42,12 @@ pub struct PageTable {
 }
 
 impl PageTable {
-    /// The page number of page `index` within its chunk (the dictionary page is page 0).
+    /// The page number of page `index` within its chunk in the file (the
+    /// dictionary page is page 0; pages a row window skipped count).
     pub(crate) fn page_in_chunk(&self, index: usize) -> usize {
-        let c = self.pages[index].chunk as usize;
-        index - self.chunks[c].first
+        let c = &self.chunks[self.pages[index].chunk as usize];
+        let skipped = c.resumed.filter(|&(from, _)| index >= from).map_or(0, |(_, n)| n);
+        index - c.first + skipped
     }
 
     /// Pages in the table (data, dictionary and index pages).
@@ -84,7 +89,14 @@ pub(crate) fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
     let mut descs: Vec<ChunkDesc> = plan
         .chunks
         .iter()
-        .map(|c| ChunkDesc { offset: c.device_offset, len: c.len, ..Default::default() })
+        .map(|c| ChunkDesc {
+            offset: c.device_offset,
+            len: c.len,
+            resume_offset: c.resume.map_or(0, |r| r.device_offset),
+            resume_len: c.resume.map_or(0, |r| r.len),
+            skipped_pages: c.resume.map_or(0, |r| r.skipped_pages),
+            ..Default::default()
+        })
         .collect();
     let d_chunks = DeviceBuffer::from_host(stream, as_bytes(&descs), "chunk table")?;
     let grid = u32::try_from(n.div_ceil(128)).map_err(|_| Error::Unsupported {
@@ -136,14 +148,23 @@ fn check_chunks(plan: &ReadPlan, descs: &[ChunkDesc]) -> Result<()> {
 /// Sorts a chunk's pages into dictionary and data pages and checks them against the footer.
 fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count: usize) -> Result<ChunkPages> {
     let chunk = &plan.chunks[ci];
-    let mut out = ChunkPages { first, ..Default::default() };
+    let resumed = chunk.resume.map(|r| {
+        let after = pages[first..first + count].iter().position(|p| p.header_offset >= r.device_offset).unwrap_or(count);
+        (first + after, r.skipped_pages as usize)
+    });
+    // Page numbers in errors count the skipped pages.
+    let number = |k: usize| match resumed {
+        Some((from, skipped)) if first + k >= from => k + skipped,
+        _ => k,
+    };
+    let mut out = ChunkPages { first, resumed, ..Default::default() };
     let mut values = 0u64;
     for (k, p) in pages[first..first + count].iter().enumerate() {
         let i = first + k;
         match p.page_type {
             page_type::DICTIONARY => {
                 if out.dictionary.is_some() || !out.data.is_empty() {
-                    return Err(corrupt(plan, ci, k, CorruptKind::DictionaryMisplaced, ""));
+                    return Err(corrupt(plan, ci, number(k), CorruptKind::DictionaryMisplaced, ""));
                 }
                 out.dictionary = Some(i);
             }
@@ -152,7 +173,7 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
                     return Err(corrupt(
                         plan,
                         ci,
-                        k,
+                        number(k),
                         CorruptKind::RowCountMismatch,
                         format!("v2 page of a flat column has {} rows but {} values", p.num_rows, p.num_values),
                     ));
@@ -164,14 +185,24 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
         }
     }
     if values != chunk.num_values {
-        let last = count.saturating_sub(1);
+        let last = number(count.saturating_sub(1));
+        let source = if chunk.num_rows == row_group_rows(plan, chunk.row_group) {
+            "the column chunk metadata"
+        } else {
+            "the offset index (for the pages read)"
+        };
         return Err(corrupt(
             plan,
             ci,
             last,
             CorruptKind::ValueCountMismatch,
-            format!("pages hold {values} values, the column chunk metadata says {}", chunk.num_values),
+            format!("pages hold {values} values, {source} says {}", chunk.num_values),
         ));
     }
     Ok(out)
+}
+
+/// Rows of row group `rg` per the footer.
+fn row_group_rows(plan: &ReadPlan, rg: usize) -> u64 {
+    plan.metadata().row_groups().get(rg).map_or(0, |m| m.num_rows().max(0) as u64)
 }

@@ -112,14 +112,13 @@ struct KernelColumn<'a> {
 
 /// Decodes the (decompressed) pages of `table` into device buffers, one
 /// [`LeafOutput`] per planned leaf (columns in order, their leaves in order),
-/// following `recipes`. A flat leaf has `num_rows` values; a nested one a
-/// value per level position (the chunks' value counts).
+/// following `recipes`. A flat leaf has a value per row of its chunks'
+/// pages; a nested one a value per level position (the chunks' value counts).
 pub(crate) fn decode_columns(
     plan: &ReadPlan,
     table: &PageTable,
     dec: &Decompressed,
     recipes: &[ColumnRecipes],
-    num_rows: usize,
     stream: &Arc<GpuStream>,
 ) -> Result<Vec<LeafOutput>> {
     let kernels = Kernels::for_context(stream.context())?;
@@ -135,17 +134,31 @@ pub(crate) fn decode_columns(
     }
     let kcol_of_chunk: Vec<usize> = plan.chunks.iter().map(|c| kcol_index[c.column][c.leaf]).collect();
     let mut levels = vec![0u64; kcols.len()];
+    let mut rows = vec![0u64; kcols.len()];
     for (ci, c) in plan.chunks.iter().enumerate() {
         // The plan checked that each leaf's values add up within an i64.
         levels[kcol_of_chunk[ci]] += c.num_values;
+        rows[kcol_of_chunk[ci]] += c.num_rows;
     }
+    // A flat leaf has a value (or null) per row: its rows are its values
+    // (checked chunk by chunk), which differ between columns where a row
+    // window skipped pages.
     for (k, kc) in kcols.iter_mut().enumerate() {
-        kc.len = if kc.nested {
-            usize::try_from(levels[k])
-                .map_err(|_| unsupported(plan, kc.column, format!("{} level positions do not fit this machine", levels[k])))?
-        } else {
-            num_rows
-        };
+        if !kc.nested && levels[k] != rows[k] {
+            let ci = (0..plan.chunks.len())
+                .find(|&ci| kcol_of_chunk[ci] == k && plan.chunks[ci].num_values != plan.chunks[ci].num_rows)
+                .unwrap_or(0);
+            let c = &plan.chunks[ci];
+            return Err(corrupt(
+                plan,
+                ci,
+                0,
+                CorruptKind::ValueCountMismatch,
+                format!("{} values in a column chunk of {} rows", c.num_values, c.num_rows),
+            ));
+        }
+        kc.len = usize::try_from(levels[k])
+            .map_err(|_| unsupported(plan, kc.column, format!("{} level positions do not fit this machine", levels[k])))?;
     }
     let ncols = kcols.len();
     let null_counts = DeviceBuffer::alloc(stream, 8 * ncols.max(1) as u64, "null counts")?;

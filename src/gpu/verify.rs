@@ -1,12 +1,14 @@
 //! Proof that IO put the right bytes in the right place: a position-weighted
-//! checksum of each planned chunk, computed on the device by a kernel and on
-//! the host from the file, which must agree.
+//! checksum of each planned span (a chunk's bytes; two spans where a row
+//! window skips pages), computed on the device by a kernel and on the host
+//! from the file, which must agree.
 
 use std::os::unix::fs::FileExt;
 
 use crate::cuda::{DeviceBuffer, as_bytes, from_bytes};
 use crate::error::{Error, Result};
 use crate::io::DeviceChunks;
+use crate::plan::ReadPlan;
 
 use super::{Kernel, KernelArgs, Kernels};
 
@@ -19,16 +21,17 @@ pub fn host_checksum(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Device-side checksums of every chunk of `chunks`, in plan order.
+/// Device-side checksums of every span of `chunks`, in plan order (one per
+/// chunk, two where a row window skips pages).
 pub fn device_chunk_checksums(chunks: &DeviceChunks) -> Result<Vec<u64>> {
-    let plan = chunks.plan();
-    let n = plan.chunks().len();
+    let spans: Vec<(u64, u64)> = spans_of(chunks.plan()).map(|(_, device, len)| (device, len)).collect();
+    let n = spans.len();
     if n == 0 {
         return Ok(Vec::new());
     }
     let stream = chunks.stream();
-    let offsets: Vec<u64> = plan.chunks().iter().map(|c| c.device_offset).collect();
-    let lengths: Vec<u64> = plan.chunks().iter().map(|c| c.len).collect();
+    let offsets: Vec<u64> = spans.iter().map(|s| s.0).collect();
+    let lengths: Vec<u64> = spans.iter().map(|s| s.1).collect();
     let d_off = DeviceBuffer::from_host(stream, as_bytes(&offsets), "checksum offsets")?;
     let d_len = DeviceBuffer::from_host(stream, as_bytes(&lengths), "checksum lengths")?;
     let d_out = DeviceBuffer::alloc(stream, 8 * n as u64, "checksums")?;
@@ -53,19 +56,23 @@ pub fn device_chunk_checksums(chunks: &DeviceChunks) -> Result<Vec<u64>> {
     Ok(from_bytes(&d_out.to_host()?))
 }
 
-/// Host-side checksums of every chunk, read from the file.
+/// Host-side checksums of every span, read from the file.
 pub fn file_chunk_checksums(chunks: &DeviceChunks) -> Result<Vec<u64>> {
     let path = chunks.plan().path();
     let file = std::fs::File::open(path).map_err(|source| Error::Open { file: path.to_path_buf(), source })?;
-    chunks
-        .plan()
-        .chunks()
-        .iter()
-        .map(|c| {
-            let mut buf = vec![0u8; c.len as usize];
-            file.read_exact_at(&mut buf, c.file_offset)
-                .map_err(|source| Error::Io { file: path.to_path_buf(), offset: c.file_offset, len: c.len, source })?;
+    spans_of(chunks.plan())
+        .map(|(offset, _, len)| {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, offset).map_err(|source| Error::Io { file: path.to_path_buf(), offset, len, source })?;
             Ok(host_checksum(&buf))
         })
         .collect()
+}
+
+/// Every span the plan reads, (file offset, device offset, length), chunk
+/// by chunk (a chunk that skips pages has two).
+fn spans_of(plan: &ReadPlan) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    plan.chunks().iter().flat_map(|c| {
+        std::iter::once((c.file_offset, c.device_offset, c.len)).chain(c.resume.map(|r| (r.file_offset, r.device_offset, r.len)))
+    })
 }

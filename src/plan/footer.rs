@@ -42,6 +42,20 @@ pub struct Footer {
 }
 
 impl Footer {
+    /// The footer with the file's page index added (read now, with the
+    /// footer's checks), unless it has one already. A page index that cannot
+    /// be read leaves the footer as it was (it only serves to skip pages).
+    pub fn with_page_index(self, path: &Path) -> Result<Footer> {
+        if self.metadata.offset_index().is_some() {
+            return Ok(self);
+        }
+        let open_err = |source| Error::Open { file: path.to_path_buf(), source };
+        let mut file = File::open(path).map_err(open_err)?;
+        let (footer_start, _) = read_footer_bytes(path, &mut file, self.file_size)?;
+        let metadata = Arc::unwrap_or_clone(self.metadata);
+        Ok(Footer { file_size: self.file_size, metadata: Arc::new(with_page_index(path, &file, metadata, footer_start)) })
+    }
+
     /// Whether every column chunk of every row group has an offset index.
     pub fn has_offset_index(&self) -> bool {
         self.metadata

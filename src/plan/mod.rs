@@ -16,6 +16,7 @@ pub mod columns;
 pub mod footer;
 pub(crate) mod nesting;
 pub mod ranges;
+mod window;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub use footer::{Footer, read_footer, read_footer_with_page_index};
 pub use ranges::{IoLayout, IoRange, IoTask};
 
 use crate::error::{Error, Result};
-use crate::options::{IO_ALIGNMENT, ReadOptions};
+use crate::options::ReadOptions;
 
 /// Where one column chunk's bytes are, and what they hold.
 #[derive(Debug, Clone)]
@@ -52,14 +53,37 @@ pub struct ChunkPlan {
     pub codec: Compression,
     /// Physical type of the values.
     pub physical_type: PhysicalType,
-    /// Values (levels included: nulls count) the chunk holds, per its metadata.
+    /// Values (levels included: nulls count) the chunk's pages to read
+    /// hold, per its metadata (all of the chunk's, unless a row window
+    /// skips pages: then per the offset index).
     pub num_values: u64,
-    /// Rows in the chunk's row group.
+    /// Rows the chunk's pages to read hold: the row group's, unless a row
+    /// window skips pages.
     pub num_rows: u64,
+    /// The row group's row where those rows start (0 unless pages are skipped).
+    pub first_row: u64,
+    /// Where reading resumes after skipped pages: then `file_offset` and
+    /// `len` are the bytes in front of the first data page (the dictionary
+    /// page; maybe none) and these the pages read after the skipped ones.
+    pub resume: Option<ChunkResume>,
     /// Whether the metadata says the chunk starts with a dictionary page.
     pub has_dictionary_page: bool,
     /// Total uncompressed size of the chunk per the metadata.
     pub uncompressed_size: u64,
+}
+
+/// Where a chunk's read resumes after pages a row window skips
+/// ([`ReadPlan::with_row_window`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkResume {
+    /// File offset of the first page read after the skipped ones.
+    pub file_offset: u64,
+    /// Bytes read from there (whole pages, headers included).
+    pub len: u64,
+    /// Where they land in the device buffer.
+    pub device_offset: u64,
+    /// Data pages skipped.
+    pub skipped_pages: u32,
 }
 
 /// The whole plan for reading one file.
@@ -76,6 +100,11 @@ pub struct ReadPlan {
     pub(crate) columns: Vec<PlannedColumn>,
     pub(crate) row_groups: Vec<usize>,
     pub(crate) num_rows: u64,
+    /// Rows of the selected row groups (what a column read whole decodes).
+    pub(crate) group_rows: u64,
+    /// Per result column: rows its decoded pages hold before the result's
+    /// first (0 unless a row window cuts the plan).
+    pub(crate) lead_rows: Vec<u64>,
     pub(crate) chunks: Vec<ChunkPlan>,
     pub(crate) io: IoLayout,
 }
@@ -232,6 +261,8 @@ impl ReadPlan {
                         physical_type: leaf.physical_type,
                         num_values: checked.num_values,
                         num_rows: rg_rows,
+                        first_row: 0,
+                        resume: None,
                         has_dictionary_page: cc.dictionary_page_offset().is_some(),
                         uncompressed_size: checked.uncompressed_size,
                     });
@@ -240,13 +271,8 @@ impl ReadPlan {
         }
 
         let task_size = options.io.resolved_task_size()?;
-        let spans: Vec<_> = chunks.iter().map(|c| (c.file_offset, c.len)).collect();
-        let io = IoLayout::build(&spans, file_size, IO_ALIGNMENT, options.io.merge_gap, task_size);
-        for (c, &off) in chunks.iter_mut().zip(&io.span_device_offsets) {
-            c.device_offset = off;
-        }
-
-        Ok(ReadPlan {
+        let lead_rows = vec![0; columns.len()];
+        let mut plan = ReadPlan {
             path: path.to_path_buf(),
             file_size,
             metadata,
@@ -254,9 +280,13 @@ impl ReadPlan {
             columns,
             row_groups,
             num_rows,
+            group_rows: num_rows,
+            lead_rows,
             chunks,
-            io,
-        })
+            io: IoLayout::default(),
+        };
+        plan.plan_io(options.io.merge_gap, task_size);
+        Ok(plan)
     }
 
     /// The file.
@@ -292,6 +322,12 @@ impl ReadPlan {
     /// Rows in the result.
     pub fn num_rows(&self) -> u64 {
         self.num_rows
+    }
+
+    /// Per result column, the rows its decoded pages hold before the
+    /// result's first: 0, unless [`ReadPlan::with_row_window`] cut the plan.
+    pub fn lead_rows(&self) -> &[u64] {
+        &self.lead_rows
     }
 
     /// Chunks, row-group-major (for each row group, every leaf of every

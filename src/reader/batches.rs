@@ -12,9 +12,11 @@
 //! on a second stream.
 //!
 //! A row selection ([`DeviceReaderBuilder::with_row_selection`]) and a row
-//! limit read only the row groups that hold wanted rows and cut each pass to
-//! them on the device, without a copy (Arrow offsets); the pages of those row
-//! groups are all read for now.
+//! limit read only the row groups that hold wanted rows, and of those, in
+//! flat columns, only the pages that do, where the file has an offset index
+//! (loaded when a selection or a limit is set); each pass is one run of
+//! selected rows, cut on the device without a copy (Arrow offsets). See
+//! [`ReadPlan::with_row_window`].
 //!
 //! Several files ([`DeviceReaderBuilder::try_new_files`], a directory's
 //! files say) are one sequence of passes: the first pass of the next file is
@@ -213,7 +215,7 @@ impl DeviceReaderBuilder {
     /// Plans the passes and makes the reader. Fails on anything the plan
     /// rejects (unknown columns or row groups, a corrupt footer, a column
     /// the GPU cannot decode) before any IO.
-    pub fn build(self) -> Result<DeviceBatchReader> {
+    pub fn build(mut self) -> Result<DeviceBatchReader> {
         let t0 = Instant::now();
         if self.files.len() > 1 && (self.options.row_groups.is_some() || self.selection.is_some()) {
             return Err(Error::InvalidOptions("row groups and row selections select within one file; this reader has several".into()));
@@ -248,6 +250,24 @@ impl DeviceReaderBuilder {
             }
         }
         let schema = schema.ok_or_else(|| Error::Internal("a reader without files".into()))?;
+        // The limit cuts the passes, so that the last one reads only the pages it needs.
+        if let Some(limit) = self.limit {
+            let mut left = limit as u64;
+            passes.retain_mut(|p| {
+                let wanted = left > 0;
+                p.keep = p.keep.min(left);
+                left -= p.keep;
+                wanted
+            });
+        }
+        // A pass cut inside its row groups may leave pages unread: the offset
+        // index of its file says which (loaded here, for those files only).
+        let mut cut_files: Vec<usize> = passes.iter().filter(|p| p.skip > 0 || p.keep < p.rows).map(|p| p.file).collect();
+        cut_files.dedup();
+        for fi in cut_files {
+            let (path, footer) = &mut self.files[fi];
+            *footer = footer.clone().with_page_index(path)?;
+        }
         if worker {
             crate::decode::isolated::prestart(&ctx);
         }
@@ -486,11 +506,14 @@ impl DeviceBatchReader {
         self.budget.as_ref().map(|b| b.peak())
     }
 
-    /// Plans pass `k` for reading (from the loaded footer).
+    /// Plans pass `k` for reading (from the loaded footer): its row groups,
+    /// cut to its selected rows (only the pages holding them, where the
+    /// footer has an offset index).
     fn plan_of(&self, k: usize) -> Result<ReadPlan> {
-        let options = ReadOptions { row_groups: Some(self.passes[k].row_groups.clone()), ..self.options.clone() };
-        let (path, footer) = &self.files[self.passes[k].file];
-        ReadPlan::from_footer(path, footer.clone(), &options)
+        let pass = &self.passes[k];
+        let options = ReadOptions { row_groups: Some(pass.row_groups.clone()), ..self.options.clone() };
+        let (path, footer) = &self.files[pass.file];
+        ReadPlan::from_footer(path, footer.clone(), &options)?.with_row_window(pass.skip, pass.keep, &self.options.io)
     }
 
     /// Starts reading pass `k`'s chunks on a thread, on the stream of its parity.
@@ -602,9 +625,8 @@ impl DeviceBatchReader {
             match decoded {
                 Ok(mut table) => {
                     table.detach_budget();
-                    // The pass's selected rows, no more than the limit leaves.
-                    let (skip, keep) = (self.passes[k].skip as usize, self.passes[k].keep as usize);
-                    if let Err(e) = table.slice(skip, keep.min(self.rows_left.unwrap_or(usize::MAX))) {
+                    // (The plan cut the pass to its selected rows.) No more than the limit leaves.
+                    if let Err(e) = table.slice(0, self.rows_left.unwrap_or(usize::MAX)) {
                         return self.fail(k, e);
                     }
                     if let Some(left) = self.rows_left.as_mut() {

@@ -166,7 +166,17 @@ fn decode_chunks(chunks: &DeviceChunks, t0: Instant, options: &ReadOptions) -> R
         checksummed_pages: decoded.checksummed_pages,
     };
     let plan = chunks.plan();
-    let columns = decoded.columns.into_iter().map(DeviceColumn::from).collect();
     let rows = usize::try_from(plan.num_rows()).map_err(|_| crate::Error::Internal("row count overflow".into()))?;
+    // Each column to the plan's rows (a row window's cut: no copy).
+    let mut columns = Vec::with_capacity(decoded.columns.len());
+    for (c, &lead) in decoded.columns.into_iter().zip(plan.lead_rows()) {
+        let mut column = DeviceColumn::from(c);
+        let lead = usize::try_from(lead).map_err(|_| crate::Error::Internal("row count overflow".into()))?;
+        if column.len() < lead + rows {
+            return Err(crate::Error::Internal(format!("a column decoded {} rows, the plan needs {}", column.len(), lead + rows)));
+        }
+        column.slice(lead, rows)?;
+        columns.push(column);
+    }
     Ok(DeviceTable::new(plan.schema().clone(), columns, rows, stats))
 }

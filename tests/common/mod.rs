@@ -9,7 +9,7 @@ use arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, 
 use arrow::datatypes::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{WriterProperties, WriterVersion};
 
 /// Which rows of a generated column are null.
 #[derive(Clone, Copy, PartialEq)]
@@ -80,6 +80,29 @@ pub fn write_sample(path: &Path, rows: usize, rg_rows: usize, compression: Compr
         .build();
     let file = std::fs::File::create(path).unwrap();
     let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    path.to_path_buf()
+}
+
+/// Writes `rows` rows of [`sample_batch`] (seed 9) to `path` in row groups
+/// of `rg_rows` and data pages of at most `page_rows` rows, SNAPPY, in the
+/// page format of `version` (with arrow-rs's offset index). Only `small` is
+/// dictionary-encoded (the other columns' values are nearly all distinct,
+/// so their dictionaries would be most of the file and their data pages
+/// mere indexes).
+pub fn write_paged_sample(path: &Path, rows: usize, rg_rows: usize, page_rows: usize, version: WriterVersion) -> PathBuf {
+    let batch = sample_batch(rows, 9);
+    let props = WriterProperties::builder()
+        .set_writer_version(version)
+        .set_dictionary_enabled(false)
+        .set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from("small"), true)
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(rg_rows))
+        .set_data_page_row_count_limit(page_rows)
+        .set_write_batch_size(10)
+        .build();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
     path.to_path_buf()

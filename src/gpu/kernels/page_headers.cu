@@ -1,15 +1,21 @@
 // Page headers on the GPU: one thread walks one column chunk's Thrift
 // compact-protocol page headers. Pass 1 counts pages; pass 2 fills the page
-// table. Every read is checked against the chunk's end; a malformed header
-// sets the chunk's status and stops the walk.
+// table. Every read is checked against the end of the span it is in; a
+// malformed header sets the chunk's status and stops the walk. A chunk whose
+// read skips pages (a row window) is two spans, walked one after the other.
 
+// Mirrors decode/descriptors.rs (ChunkDesc).
 struct ChunkDesc {
   u64 offset;        // chunk start in the device buffer
-  u64 len;           // chunk length in bytes
+  u64 len;           // chunk length in bytes (its first span, where it has two)
+  u64 resume_offset; // the second span: pages after the skipped ones
+  u64 resume_len;    // (0: none)
   u32 page_start;    // first slot in the page table (pass 2)
   u32 page_count;    // pages found (pass 1) / slots reserved (pass 2)
   u32 status;        // GpqStatus of the walk
-  u32 error_page;    // page index the error refers to
+  u32 error_page;    // page number (within the chunk's file pages) the error refers to
+  u32 skipped_pages; // pages skipped between the spans
+  u32 pad;
 };
 
 // Field order and sizes mirror decode/pages.rs (PageInfo, 80 bytes).
@@ -225,29 +231,32 @@ GPQ_DEVICE bool parse_page_header(const u8* p, const u8* end, PageInfo* out, u32
 
 // Walks one chunk. With `pages == nullptr` only counts.
 GPQ_DEVICE void walk_chunk(const u8* base, ChunkDesc* c, u32 chunk_index, PageInfo* pages) {
-  const u8* start = base + c->offset;
-  const u8* end = start + c->len;
-  const u8* p = start;
   u32 n = 0;
   u32 cap = c->page_count;
-  while (p < end) {
-    PageInfo pi;
-    u32 status = 0;
-    if (!parse_page_header(p, end, &pi, &status)) { c->status = status; c->error_page = n; return; }
-    const u8* body = p + pi.header_len;
-    if ((u64)(end - body) < (u64)pi.compressed_size) { c->status = GPQ_ERR_PAGE_OUT_OF_CHUNK; c->error_page = n; return; }
-    if (pages) {
-      if (n >= cap) { c->status = GPQ_ERR_PAGE_COUNT_CHANGED; c->error_page = n; return; }
-      pi.chunk = chunk_index;
-      pi.header_offset = (u64)(p - base);
-      pi.data_offset = (u64)(body - base);
-      pages[c->page_start + n] = pi;
+  u32 skipped = 0;   // added to page numbers in the second span
+  for (u32 span = 0; span < 2; span++) {
+    const u8* p = base + (span == 0 ? c->offset : c->resume_offset);
+    const u8* end = p + (span == 0 ? c->len : c->resume_len);
+    if (span == 1) skipped = c->skipped_pages;
+    while (p < end) {
+      PageInfo pi;
+      u32 status = 0;
+      if (!parse_page_header(p, end, &pi, &status)) { c->status = status; c->error_page = n + skipped; return; }
+      const u8* body = p + pi.header_len;
+      if ((u64)(end - body) < (u64)pi.compressed_size) { c->status = GPQ_ERR_PAGE_OUT_OF_CHUNK; c->error_page = n + skipped; return; }
+      if (pages) {
+        if (n >= cap) { c->status = GPQ_ERR_PAGE_COUNT_CHANGED; c->error_page = n + skipped; return; }
+        pi.chunk = chunk_index;
+        pi.header_offset = (u64)(p - base);
+        pi.data_offset = (u64)(body - base);
+        pages[c->page_start + n] = pi;
+      }
+      n++;
+      p = body + pi.compressed_size;
     }
-    n++;
-    p = body + pi.compressed_size;
   }
   if (!pages) c->page_count = n;
-  else if (n != cap) { c->status = GPQ_ERR_PAGE_COUNT_CHANGED; c->error_page = n; }
+  else if (n != cap) { c->status = GPQ_ERR_PAGE_COUNT_CHANGED; c->error_page = n + skipped; }
 }
 
 extern "C" __global__ void gpq_count_pages(const u8* base, ChunkDesc* chunks, u32 num_chunks) {
