@@ -416,14 +416,4 @@ impl DeviceTable {
     pub(crate) fn detach_budget(&mut self) {
         self.columns.iter_mut().for_each(DeviceColumn::detach_budget);
     }
-
-    /// Keeps rows `start..start + len` of every column (no copy; see [`DeviceColumn::slice`]).
-    pub(crate) fn slice(&mut self, start: usize, len: usize) -> Result<()> {
-        for c in &mut self.columns {
-            c.slice(start, len)?;
-        }
-        let start = start.min(self.num_rows);
-        self.num_rows = len.min(self.num_rows - start);
-        Ok(())
-    }
 }

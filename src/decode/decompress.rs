@@ -407,7 +407,8 @@ pub(crate) fn decompress(
 /// in place (a v2 page's level bytes are copied in front of its values
 /// there): the exchange buffer comes back held for them, with each page's
 /// (page, device address). Returns the worker's nvCOMP version too, or why
-/// it could not (then no slot of `out` has been written).
+/// it could not (then the pages are where they were: none of the read's
+/// buffers has been written).
 #[allow(clippy::type_complexity)]
 fn decompress_isolated(
     stream: &Arc<GpuStream>,

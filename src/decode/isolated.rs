@@ -374,7 +374,8 @@ impl Lease {
                 }
             });
         }
-        // On success the text is the worker's times in microseconds: all, and nvCOMP's part.
+        // On success the text is the worker's times in microseconds (all, and
+        // nvCOMP's part), then its phases as `name=value` words.
         let text = String::from_utf8_lossy(&text);
         let mut words = text.split_whitespace();
         let mut us = || Duration::from_micros(words.next().and_then(|t| t.parse().ok()).unwrap_or(0));
@@ -760,17 +761,16 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
                         count += 1;
                     }
                 }
-                let p = phases;
                 let times = format!(
                     "{} {} upload_us={} setup_us={} scratch_bytes={} launch_us={} download_us={} release_us={}",
                     started.elapsed().as_micros(),
-                    p.nvcomp.as_micros(),
-                    p.upload.as_micros(),
-                    p.setup.as_micros(),
-                    p.temp_bytes,
-                    p.launch.as_micros(),
-                    p.download.as_micros(),
-                    p.release.as_micros()
+                    phases.nvcomp.as_micros(),
+                    phases.upload.as_micros(),
+                    phases.setup.as_micros(),
+                    phases.temp_bytes,
+                    phases.launch.as_micros(),
+                    phases.download.as_micros(),
+                    phases.release.as_micros()
                 );
                 say(out, ANSWER, 0, None, &times).map_err(io)?;
                 out.write_all(&count.to_le_bytes()).and_then(|_| out.write_all(&failed)).and_then(|_| out.flush()).map_err(io)?;

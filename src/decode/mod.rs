@@ -261,6 +261,25 @@ fn check_encodings(plan: &ReadPlan, table: &PageTable, recipes: &[ColumnRecipes]
     Ok(())
 }
 
+/// Checks each chunk's values against its rows: without repetition a row has
+/// one level (so a flat leaf's rows are its values, which the decoder sizes
+/// it by); with it, at least one.
+fn check_value_counts(plan: &ReadPlan) -> Result<()> {
+    for (ci, c) in plan.chunks.iter().enumerate() {
+        let repeated = plan.leaf_of(c).max_rep_level > 0;
+        if (!repeated && c.num_values != c.num_rows) || (repeated && c.num_values < c.num_rows) {
+            return Err(corrupt(
+                plan,
+                ci,
+                0,
+                CorruptKind::ValueCountMismatch,
+                format!("{} values in a column chunk of {} rows", c.num_values, c.num_rows),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Decodes the chunks of a read into device columns, as `options` say: the
 /// decompressor, whether compressed pages pass the device's structural check
 /// before nvCOMP sees them, whether page checksums are verified.
@@ -276,19 +295,7 @@ pub(crate) fn decode(chunks: &DeviceChunks, options: &ReadOptions) -> Result<Dec
     let t = Instant::now();
     let table = pages::read_page_headers(chunks)?;
     check_encodings(plan, &table, &recipes)?;
-    for (ci, c) in plan.chunks.iter().enumerate() {
-        // Without repetition a row has one level; with it, at least one.
-        let repeated = plan.leaf_of(c).max_rep_level > 0;
-        if (!repeated && c.num_values != c.num_rows) || (repeated && c.num_values < c.num_rows) {
-            return Err(corrupt(
-                plan,
-                ci,
-                0,
-                CorruptKind::ValueCountMismatch,
-                format!("{} values in a column chunk of {} rows", c.num_values, c.num_rows),
-            ));
-        }
-    }
+    check_value_counts(plan)?;
     let checksummed_pages = if options.verify_page_checksums { checksums::verify_page_checksums(chunks, &table)? } else { 0 };
     let page_headers = t.elapsed();
 
@@ -417,6 +424,7 @@ pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompres
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
     check_encodings(plan, table, &recipes)?;
+    check_value_counts(plan)?;
     let leaves = values::decode_columns(plan, table, pages, &recipes, chunks.stream())?;
     assemble(plan, &recipes, leaves, plan.group_rows as usize, chunks.stream())
 }

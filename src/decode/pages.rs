@@ -11,7 +11,7 @@ use crate::error::{CorruptKind, Error, Result};
 use crate::gpu::status::corrupt_kind;
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::io::DeviceChunks;
-use crate::plan::ReadPlan;
+use crate::plan::{ReadPlan, row_group_rows};
 
 use super::descriptors::{ChunkDesc, PageInfo, page_type};
 
@@ -46,8 +46,7 @@ impl PageTable {
     /// dictionary page is page 0; pages a row window skipped count).
     pub(crate) fn page_in_chunk(&self, index: usize) -> usize {
         let c = &self.chunks[self.pages[index].chunk as usize];
-        let skipped = c.resumed.filter(|&(from, _)| index >= from).map_or(0, |(_, n)| n);
-        index - c.first + skipped
+        page_number(c.first, c.resumed, index)
     }
 
     /// Pages in the table (data, dictionary and index pages).
@@ -152,11 +151,7 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
         let after = pages[first..first + count].iter().position(|p| p.header_offset >= r.device_offset).unwrap_or(count);
         (first + after, r.skipped_pages as usize)
     });
-    // Page numbers in errors count the skipped pages.
-    let number = |k: usize| match resumed {
-        Some((from, skipped)) if first + k >= from => k + skipped,
-        _ => k,
-    };
+    let number = |k: usize| page_number(first, resumed, first + k);
     let mut out = ChunkPages { first, resumed, ..Default::default() };
     let mut values = 0u64;
     for (k, p) in pages[first..first + count].iter().enumerate() {
@@ -186,7 +181,7 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
     }
     if values != chunk.num_values {
         let last = number(count.saturating_sub(1));
-        let source = if chunk.num_rows == row_group_rows(plan, chunk.row_group) {
+        let source = if chunk.num_rows == row_group_rows(plan.metadata(), chunk.row_group) {
             "the column chunk metadata"
         } else {
             "the offset index (for the pages read)"
@@ -202,7 +197,10 @@ fn classify(plan: &ReadPlan, ci: usize, pages: &[PageInfo], first: usize, count:
     Ok(out)
 }
 
-/// Rows of row group `rg` per the footer.
-fn row_group_rows(plan: &ReadPlan, rg: usize) -> u64 {
-    plan.metadata().row_groups().get(rg).map_or(0, |m| m.num_rows().max(0) as u64)
+/// The page number, within its chunk in the file, of table entry `index` of
+/// a chunk whose pages start at `first` (the dictionary page is page 0);
+/// `resumed`: where the read skipped pages, and how many (they count).
+fn page_number(first: usize, resumed: Option<(usize, usize)>, index: usize) -> usize {
+    let skipped = resumed.filter(|&(from, _)| index >= from).map_or(0, |(_, n)| n);
+    index - first + skipped
 }

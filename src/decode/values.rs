@@ -134,29 +134,14 @@ pub(crate) fn decode_columns(
     }
     let kcol_of_chunk: Vec<usize> = plan.chunks.iter().map(|c| kcol_index[c.column][c.leaf]).collect();
     let mut levels = vec![0u64; kcols.len()];
-    let mut rows = vec![0u64; kcols.len()];
     for (ci, c) in plan.chunks.iter().enumerate() {
         // The plan checked that each leaf's values add up within an i64.
         levels[kcol_of_chunk[ci]] += c.num_values;
-        rows[kcol_of_chunk[ci]] += c.num_rows;
     }
     // A flat leaf has a value (or null) per row: its rows are its values
-    // (checked chunk by chunk), which differ between columns where a row
-    // window skipped pages.
+    // (the callers checked, chunk by chunk), which differ between columns
+    // where a row window skipped pages.
     for (k, kc) in kcols.iter_mut().enumerate() {
-        if !kc.nested && levels[k] != rows[k] {
-            let ci = (0..plan.chunks.len())
-                .find(|&ci| kcol_of_chunk[ci] == k && plan.chunks[ci].num_values != plan.chunks[ci].num_rows)
-                .unwrap_or(0);
-            let c = &plan.chunks[ci];
-            return Err(corrupt(
-                plan,
-                ci,
-                0,
-                CorruptKind::ValueCountMismatch,
-                format!("{} values in a column chunk of {} rows", c.num_values, c.num_rows),
-            ));
-        }
         kc.len = usize::try_from(levels[k])
             .map_err(|_| unsupported(plan, kc.column, format!("{} level positions do not fit this machine", levels[k])))?;
     }

@@ -147,6 +147,12 @@ fn check_chunk(path: &Path, rg: usize, column: &str, cc: &ColumnChunkMetaData, f
     Ok(CheckedChunk { start, len, num_values, uncompressed_size })
 }
 
+/// Rows of row group `rg` as the footer says (0 for a negative count, which
+/// planning rejects, or a row group that is not there).
+pub(crate) fn row_group_rows(metadata: &ParquetMetaData, rg: usize) -> u64 {
+    metadata.row_groups().get(rg).map_or(0, |m| m.num_rows().max(0) as u64)
+}
+
 /// `a + b` where it fits Parquet's counts (an i64, like the footer's own
 /// `num_rows`), else `None`.
 fn checked_total(a: u64, b: u64) -> Option<u64> {

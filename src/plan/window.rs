@@ -25,7 +25,7 @@
 use parquet::file::page_index::offset_index::PageLocation;
 use tracing::debug;
 
-use super::{ChunkResume, ReadPlan};
+use super::{ChunkResume, ReadPlan, row_group_rows};
 use crate::error::{Error, Result};
 use crate::options::{IO_ALIGNMENT, IoOptions};
 use crate::plan::IoLayout;
@@ -104,7 +104,7 @@ impl ReadPlan {
         let mut starts: Vec<(usize, u64, u64)> = Vec::new(); // (row group, first row in the plan, rows)
         let mut at = 0u64;
         for &rg in &self.row_groups {
-            let rows = self.metadata.row_groups().get(rg).map_or(0, |m| m.num_rows().max(0) as u64);
+            let rows = row_group_rows(&self.metadata, rg);
             starts.push((rg, at, rows));
             at += rows;
         }

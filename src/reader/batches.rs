@@ -48,14 +48,13 @@ use arrow::datatypes::SchemaRef;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::RowSelection;
 use parquet::basic::Type as PhysicalType;
-use parquet::file::metadata::ParquetMetaData;
 
 use crate::arrow::DeviceTable;
 use crate::cuda::{GpuContext, GpuStream, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::io::{DeviceChunks, read_chunks};
 use crate::options::{ColumnSelector, DecompressMode, ReadOptions};
-use crate::plan::{ChunkPlan, Footer, ReadPlan, read_footer};
+use crate::plan::{ChunkPlan, Footer, ReadPlan, read_footer, row_group_rows};
 
 /// Builds a [`DeviceBatchReader`] over one Parquet file, in the manner of
 /// arrow-rs's `ParquetRecordBatchReaderBuilder`.
@@ -173,17 +172,19 @@ impl DeviceReaderBuilder {
 
     /// Returns only the rows `selection` selects, counted over the selected
     /// row groups in file order (arrow-rs's `RowSelection`; rows past its end
-    /// are not selected). Row groups without selected rows are not read; the
-    /// others are decoded whole for now and cut to each run of selected rows
-    /// on the device (without a copy), one batch or more per run. For one
-    /// file only.
+    /// are not selected). Row groups without selected rows are not read; of
+    /// the others, flat columns read only the pages that hold selected rows
+    /// where the file has an offset index, and every column is cut to each
+    /// run of selected rows on the device (without a copy), one batch or
+    /// more per run. For one file only.
     pub fn with_row_selection(mut self, selection: RowSelection) -> Self {
         self.selection = Some(selection);
         self
     }
 
-    /// Returns at most `rows` rows in all (the last batch is cut on the
-    /// device; passes past the limit are not read).
+    /// Returns at most `rows` rows in all: the passes are cut to the limit
+    /// when the reader is built (the last one reads only the pages it needs
+    /// where the file has an offset index; passes past it are not read).
     pub fn with_limit(mut self, rows: usize) -> Self {
         self.limit = Some(rows);
         self
@@ -285,7 +286,6 @@ impl DeviceReaderBuilder {
             schema,
             passes,
             next: 0,
-            rows_left: self.limit,
             prefetch: self.prefetch,
             prefetched: None,
             ctx,
@@ -342,10 +342,6 @@ struct Pass {
     keep: u64,
 }
 
-/// Rows of row group `rg` as the footer says (what the plan checked).
-fn row_group_rows(metadata: &ParquetMetaData, rg: usize) -> u64 {
-    metadata.row_groups().get(rg).map_or(0, |m| m.num_rows().max(0) as u64)
-}
 
 /// One entry per row group of the plan that holds rows: its rows and the
 /// footer's estimates, every row kept.
@@ -455,7 +451,6 @@ pub struct DeviceBatchReader {
     schema: SchemaRef,
     passes: Vec<Pass>,
     next: usize,
-    rows_left: Option<usize>,
     prefetch: bool,
     prefetched: Option<Prefetch>,
     ctx: Arc<GpuContext>,
@@ -473,7 +468,6 @@ impl std::fmt::Debug for DeviceBatchReader {
             .field("files", &self.files.len())
             .field("passes", &self.passes.len())
             .field("next", &self.next)
-            .field("rows_left", &self.rows_left)
             .finish()
     }
 }
@@ -593,7 +587,7 @@ impl DeviceBatchReader {
 
     fn next_batch(&mut self) -> Option<Result<DeviceTable>> {
         loop {
-            if self.done || self.next >= self.passes.len() || self.rows_left == Some(0) {
+            if self.done || self.next >= self.passes.len() {
                 self.cancel_prefetch();
                 return None;
             }
@@ -608,10 +602,9 @@ impl DeviceBatchReader {
                     return self.fail(k, e);
                 }
             };
-            // The next pass's chunks are read while this one decodes, unless
-            // the rows already asked for end with this pass.
-            let more_wanted = self.rows_left.is_none_or(|left| (left as u64) > self.passes[k].keep);
-            if self.prefetch && more_wanted && k + 1 < self.passes.len() {
+            // The next pass's chunks are read while this one decodes (passes
+            // past a row limit were cut when the reader was built).
+            if self.prefetch && k + 1 < self.passes.len() {
                 self.start_prefetch(k + 1);
             }
             let mut decoded = super::decode_chunks(&chunks, started, &self.options);
@@ -624,14 +617,8 @@ impl DeviceBatchReader {
             drop(chunks);
             match decoded {
                 Ok(mut table) => {
+                    // (Its plan cut the pass to its selected rows and the limit.)
                     table.detach_budget();
-                    // (The plan cut the pass to its selected rows.) No more than the limit leaves.
-                    if let Err(e) = table.slice(0, self.rows_left.unwrap_or(usize::MAX)) {
-                        return self.fail(k, e);
-                    }
-                    if let Some(left) = self.rows_left.as_mut() {
-                        *left -= table.num_rows();
-                    }
                     if k == 0 {
                         table.add_plan_time(self.planned);
                     }
