@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage batches check-kernel
+#           bench-coverage batches check-kernel small-reads
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -312,6 +312,31 @@ stage_batches() {
     out=$(timeout 300 gpq read "$src" --memory-limit 16GiB --repeat 5 2>&1)
     note "batches $(basename "$src"): $(echo "$out" | grep -E 'batches:|wall:' | tr -s ' ' | tr '\n' ';')"
   done
+}
+
+# Small reads (issue 12, part 4): SF10 supplier and lineitem's first rows,
+# with gpq's choice of decompressor against nvCOMP and the CPU forced.
+stage_small_reads() {
+  mkdir -p "$data/sf10"
+  [ -e "$data/sf10/supplier.parquet" ] || gpq gen -s 10 --tables supplier,nation --out "$data/sf10" > /dev/null 2>&1
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  cat "$data"/sf10/*.parquet > /dev/null
+  for t in supplier nation; do
+    for mode in auto nvcomp cpu; do
+      out=$(timeout 60 gpq read "$data/sf10/$t.parquet" --decompress $mode --repeat 9 2>&1)
+      note "small $t $mode: $(echo "$out" | grep -E 'decompression:|stages \(ms\)|error' | tr -s ' ' | tr '\n' ';')"
+    done
+  done
+  RUST_LOG=gpq=debug timeout 60 gpq read "$data/sf10/supplier.parquet" --repeat 3 > "$OUT/small-supplier-debug.log" 2>&1
+  for mode in auto nvcomp; do
+    for sel in "--limit 1000" "--rows 30000000..30600000"; do
+      out=$(timeout 120 gpq read "$f" $sel --decompress $mode --repeat 5 2>&1)
+      note "small lineitem $sel $mode: $(echo "$out" | grep -E 'bytes:|wall:|error' | tr -s ' ' | tr '\n' ';')"
+    done
+  done
+  RUST_LOG=gpq=debug timeout 120 gpq read "$f" --memory-limit 1GiB > "$OUT/batches-1gib-debug.log" 2>&1
+  note "small lineitem whole: $(timeout 120 gpq read "$f" --repeat 5 2>&1 | grep -E 'decompression:|stages \(ms\)' | tr -s ' ' | tr '\n' ';')"
 }
 
 stage_check_kernel() {

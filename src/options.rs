@@ -166,7 +166,11 @@ pub fn parse_size(s: &str) -> Option<u64> {
 /// Which decompressor to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DecompressMode {
-    /// nvCOMP where it is available and handles the codec, else the CPU.
+    /// nvCOMP where it is available and handles the codec, else the CPU;
+    /// and the CPU for a batch of a few large pages, which nvCOMP (one warp
+    /// a page) would take longer over than the CPU's threads and copies
+    /// (a small table, the first pages of a row limit). The statistics'
+    /// `fallback` says which batches went to the CPU and why.
     #[default]
     Auto,
     /// nvCOMP only; a codec or machine it cannot serve is an error.

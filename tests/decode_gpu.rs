@@ -27,6 +27,7 @@ fn main() -> ExitCode {
     run_trials(vec![
         gpu_trial(&device, "matrix_matches_arrow_rs", matrix_matches_arrow_rs),
         gpu_trial(&device, "cpu_decompression_fallback_matches", cpu_decompression_fallback_matches),
+        gpu_trial(&device, "large_pages_go_to_the_cpu_by_default", large_pages_go_to_the_cpu_by_default),
         gpu_trial(&device, "projections_and_row_groups", projections_and_row_groups),
         gpu_trial(&device, "pinned_copies_return_and_reuse_their_slab", pinned_copies_return_and_reuse_their_slab),
         gpu_trial(&device, "empty_and_single_row_files", empty_and_single_row_files),
@@ -110,7 +111,14 @@ fn worker_expected(ctx: &GpuContext) -> bool {
 fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::DecompressStats) {
     let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::LZ4_RAW);
     let isolated_codec = matches!(codec, Compression::ZSTD(_) | Compression::GZIP(_));
+    // By default a batch of few large pages goes to the CPU, where it is
+    // estimated faster (`large_pages_go_to_the_cpu_by_default`).
+    let routed = stats.fallback.as_deref().is_some_and(|f| f.contains("estimated faster on the CPU"));
     match codec {
+        _ if routed && (nvcomp_codec && nvcomp_expected(ctx) || isolated_codec && worker_expected(ctx)) => {
+            assert!(stats.cpu_pages > 0, "{codec:?}: routed to the CPU, but no CPU pages: {stats:?}");
+            assert_eq!(stats.gpu_pages, 0, "{codec:?}: {stats:?}");
+        }
         Compression::UNCOMPRESSED => {
             assert_eq!((stats.gpu_pages, stats.cpu_pages), (0, 0), "{codec:?}: {stats:?}");
             assert_eq!(stats.path(), "none");
@@ -433,6 +441,45 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
             Err(e) => panic!("{codec:?}: expected an nvCOMP error, got {e}"),
         }
     }
+}
+
+/// nvCOMP takes a page's whole length at one warp's pace, so a file of a
+/// few 1 MiB pages is decompressed on the CPU by default (the statistics say
+/// why), and by nvCOMP when it is asked for; many small pages stay on nvCOMP.
+/// All three read what arrow-rs reads.
+fn large_pages_go_to_the_cpu_by_default(ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = if ctx.is_emulated() { 200_000 } else { 1_000_000 };
+    let mut rng = Rng::new(7);
+    let values: Int64Array = (0..rows).map(|_| rng.next() as i64).collect();
+    let batch = RecordBatch::try_from_iter(vec![("v", Arc::new(values) as ArrayRef)]).unwrap();
+    let write = |name: &str, page_bytes: usize| {
+        let path = dir.path().join(name);
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_dictionary_enabled(false)
+            .set_data_page_size_limit(page_bytes)
+            .set_data_page_row_count_limit(usize::MAX)
+            .set_write_batch_size(1024)
+            .build();
+        let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        path
+    };
+    let large = write("large-pages.parquet", 1 << 20);
+    let small = write("small-pages.parquet", 8 << 10);
+    let d = assert_same(&large, &ReadOptions::new()).stats().decompression.clone();
+    if !nvcomp_expected(ctx) {
+        assert_eq!(d.gpu_pages, 0, "{d:?}");
+        return;
+    }
+    assert!(d.cpu_pages > 0 && d.gpu_pages == 0, "few large pages: {d:?}");
+    assert!(d.fallback.as_deref().is_some_and(|f| f.contains("estimated faster on the CPU")), "{d:?}");
+    let d = assert_same(&large, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp)).stats().decompression.clone();
+    assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.fallback.is_none(), "nvCOMP asked for: {d:?}");
+    let d = assert_same(&small, &ReadOptions::new()).stats().decompression.clone();
+    assert!(d.gpu_pages > 100 && d.cpu_pages == 0 && d.fallback.is_none(), "many small pages: {d:?}");
 }
 
 fn projections_and_row_groups(ctx: &Arc<GpuContext>) {

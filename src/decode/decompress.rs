@@ -37,6 +37,7 @@ use super::descriptors::{CopyDesc, page_type};
 use super::isolated;
 use super::nvcomp::{self, Codec};
 use super::pages::{PageTable, corrupt};
+use super::route;
 use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
@@ -230,9 +231,31 @@ pub(crate) fn decompress(
             }
         }
     }
+    let mut routed: Vec<String> = Vec::new();
+    if mode == DecompressMode::Auto {
+        // Batches of few large pages are faster on the CPU (see `route`).
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+        for (isolated, groups) in [(false, &mut gpu), (true, &mut isolated_jobs)] {
+            groups.retain(|&codec, list| {
+                let shape = route::BatchShape {
+                    pages: list.len(),
+                    input_bytes: list.iter().map(|j| j.input_len as u64).sum(),
+                    output_bytes: list.iter().map(|j| j.out_len as u64).sum(),
+                    largest_output: list.iter().map(|j| j.out_len as u64).max().unwrap_or(0),
+                };
+                let Some(why) = route::prefer_cpu(codec, isolated, threads, &shape) else { return true };
+                info!(reason = %why, "decompressing a batch on the CPU");
+                routed.push(why);
+                cpu.append(list);
+                false
+            });
+        }
+    }
     if !cpu.is_empty() {
-        let why = reasons.join("; ");
-        warn!(pages = cpu.len(), reason = %why, "decompressing pages on the CPU");
+        if !reasons.is_empty() {
+            warn!(pages = cpu.len(), reason = %reasons.join("; "), "decompressing pages on the CPU");
+        }
+        let why = reasons.into_iter().chain(routed).collect::<Vec<_>>().join("; ");
         stats.fallback = Some(why);
         cpu_decompress(plan, table, raw, &buffer, &cpu, stream, WriteBack::Covering)?;
         stats.cpu_pages = cpu.len();

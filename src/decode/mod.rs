@@ -34,6 +34,7 @@ pub(crate) mod isolated;
 pub(crate) mod nesting;
 pub(crate) mod nvcomp;
 pub(crate) mod pages;
+pub(crate) mod route;
 pub(crate) mod types;
 pub(crate) mod values;
 pub(crate) mod layouts;

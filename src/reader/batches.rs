@@ -613,6 +613,13 @@ impl DeviceBatchReader {
                 // without it, this pass again from the chunks it has.
                 self.cancel_prefetch();
                 decoded = super::decode_chunks(&chunks, started, &self.options);
+                if decoded.is_ok() {
+                    // The footer's estimate fell short: later passes, planned
+                    // the same way, would each be decoded twice (the cost of a
+                    // decode, against the IO that prefetch hides).
+                    tracing::info!(pass = k, "a pass and the next one's chunks exceed the memory limit; reading on without prefetch");
+                    self.prefetch = false;
+                }
             }
             drop(chunks);
             match decoded {

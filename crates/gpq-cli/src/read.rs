@@ -164,7 +164,7 @@ fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
         println!("  rows x cols:   {} x {}", table.num_rows(), table.columns().len());
         println!("  IO path:       {} ({})", io.path, io.reason);
         println!("  decompression: {}{}", s.decompression.path(), match &s.decompression.fallback {
-            Some(f) => format!(" (CPU fallback: {f})"),
+            Some(f) => format!(" (on the CPU: {f})"),
             None => String::new(),
         });
         println!("  pages:         {} ({} on GPU, {} on CPU decompressed)", s.pages, s.decompression.gpu_pages, s.decompression.cpu_pages);
