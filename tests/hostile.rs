@@ -340,7 +340,7 @@ fn zstd_hang_costs_only_the_worker(ctx: &Arc<GpuContext>) {
     let expected = arrow_rs(&good).unwrap();
     let nvcomp = ReadOptions::new().with_decompress(gpq::DecompressMode::Nvcomp);
     let read = |what: &str| {
-        // (nvCOMP asked for: by default pages this small go to the CPU.)
+        // (nvCOMP asked for, so that the worker runs whatever the default's estimate would choose.)
         let t = read_parquet_to_device(&good, &nvcomp).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_batches_equal(what, &expected, &t.to_record_batch().unwrap());
         let d = t.stats().decompression.clone();

@@ -11,8 +11,9 @@
 //! batch of a few large pages (a small table, the first pages of a
 //! `--limit`) is faster on the CPU, and a batch of thousands is faster on
 //! the GPU. The CPU is chosen only where its estimate is well under nvCOMP's
-//! and nvCOMP's is long enough to matter; the rates are conservative
-//! figures measured on the device machine (BENCHMARKS.md, section 8.1).
+//! and nvCOMP's is long enough to matter. Measured on the device machine:
+//! SNAPPY's one-warp rate and the supplier batch (BENCHMARKS.md, sections
+//! 8.1 and 8.2); the other codecs' rates are assumed, not yet measured.
 
 use super::nvcomp::Codec;
 
@@ -120,7 +121,7 @@ mod tests {
 
     #[test]
     fn few_large_pages_go_to_the_cpu_and_many_stay_on_the_gpu() {
-        // SF10 supplier: about 20 pages of 1 MiB.
+        // A small table: 20 pages of 1 MiB (SF10 supplier: 60 pages, 15.5 MiB out, the largest 1 MiB).
         let small = shape(20, 1 << 20, 2);
         assert!(prefer_cpu(Codec::Snappy, false, 16, &small).is_some());
         // One pass of lineitem under a 1 GiB bound: thousands of such pages.
