@@ -234,8 +234,8 @@ pub(crate) fn decompress(
     let mut routed: Vec<String> = Vec::new();
     if mode == DecompressMode::Auto {
         // Batches of few large pages are faster on the CPU (see `route`).
-        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
-        for (isolated, groups) in [(false, &mut gpu), (true, &mut isolated_jobs)] {
+        let threads = cpu_threads();
+        for (in_worker, groups) in [(false, &mut gpu), (true, &mut isolated_jobs)] {
             groups.retain(|&codec, list| {
                 let shape = route::BatchShape {
                     pages: list.len(),
@@ -243,7 +243,7 @@ pub(crate) fn decompress(
                     output_bytes: list.iter().map(|j| j.out_len as u64).sum(),
                     largest_output: list.iter().map(|j| j.out_len as u64).max().unwrap_or(0),
                 };
-                let Some(why) = route::prefer_cpu(codec, isolated, threads, &shape) else { return true };
+                let Some(why) = route::prefer_cpu(codec, in_worker, threads, &shape) else { return true };
                 info!(reason = %why, "decompressing a batch on the CPU");
                 routed.push(why);
                 cpu.append(list);
@@ -729,6 +729,11 @@ enum WriteBack {
     PerPage,
 }
 
+/// The threads CPU decompression runs on (and the routing's estimate assumes).
+fn cpu_threads() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get())
+}
+
 /// Decompresses `jobs` on the CPU and copies the results into `out`.
 fn cpu_decompress(
     plan: &ReadPlan,
@@ -764,7 +769,7 @@ fn cpu_decompress(
         at = j.out_offset + j.out_len as u64;
     }
     // Small groups pulled from a shared queue keep the threads evenly busy.
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).min(slices.len()).max(1);
+    let threads = cpu_threads().min(slices.len()).max(1);
     let group = slices.len().div_ceil(threads * 8).max(1);
     let queue = std::sync::Mutex::new(slices.chunks_mut(group));
     let results: Vec<Result<()>> = std::thread::scope(|s| {
