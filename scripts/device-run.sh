@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage batches check-kernel small-reads
+#           bench-coverage batches check-kernel small-reads first-read
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -170,6 +170,30 @@ stage_context_loss() {
   GPQ_TEST_CONTEXT_LOSS=1 timeout 60 "$work/bin/test-hostile" --test-threads=1 --nocapture --exact lost_context_is_reset_and_the_next_read_works \
     > "$OUT/context-loss.log" 2>&1
   note "context-loss: rc=$? $(grep -E 'unchecked read|NOTE|test result' "$OUT/context-loss.log" | tr '\n' ' ')"
+}
+
+stage_first_read() {
+  # Issue 13: `gpq demo` in fresh processes with no kernel cache and no
+  # writable home (prebuilt kernels), then with NVRTC (GPQ_KERNELS=jit) on an
+  # empty and on a filled cache, for comparison. Each run is a new process:
+  # its first read pays for the context and the kernels.
+  local d=$work/demo
+  gpq demo --out "$d" > "$OUT/first-read-gen.log" 2>&1   # generates the data (kept for the runs below)
+  local t=$OUT/first-read.time
+  for run in 1 2 3; do
+    note "$(python3 scripts/cuda_floor.py 2>&1)"
+    /usr/bin/time -f '%e' -o "$t" env -u GPQ_KERNEL_CACHE -u XDG_CACHE_HOME HOME=/nonexistent RUST_LOG=gpq=info \
+      gpq demo --out "$d" > "$OUT/first-read-$run.log" 2>&1
+    note "first-read prebuilt run $run: demo wall $(cat "$t") s; $(grep -E '^\| (nation|region) ' "$OUT/first-read-$run.log" | tr '\n' ' ')"
+    note "  $(grep -E 'made the device ready' "$OUT/first-read-$run.log")"
+    note "  nvCOMP's load: $(sed 's/\x1b\[[0-9;]*m//g' "$OUT/first-read-$run.log" | grep -E 'nvCOMP loaded' | grep -oE ' ms=[0-9.]+' | head -1)"
+  done
+  rm -rf "$work/jit-cache"
+  for run in empty-cache filled-cache; do
+    /usr/bin/time -f '%e' -o "$t" env GPQ_KERNELS=jit GPQ_KERNEL_CACHE="$work/jit-cache" gpq demo --out "$d" > "$OUT/first-read-jit-$run.log" 2>&1
+    note "first-read jit $run: demo wall $(cat "$t") s; $(grep -E '^\| (nation|region) ' "$OUT/first-read-jit-$run.log" | tr '\n' ' ')"
+    note "  $(grep -E 'made the device ready' "$OUT/first-read-jit-$run.log")"
+  done
 }
 
 stage_page_checks() {

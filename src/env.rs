@@ -10,7 +10,8 @@
 //! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
 //! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
 //! | `GPQ_VERIFY_PAGE_CHECKSUMS=1` | [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums) | off |
-//! | `GPQ_KERNEL_CACHE` | directory of compiled kernels | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
+//! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX) or `jit` (always NVRTC, for kernel development) | `auto` |
+//! | `GPQ_KERNEL_CACHE` | directory of kernels compiled by NVRTC | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
 //! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
 //! | `GPQ_PINNED_HOST_BYTES` | most bytes of page-locked host slabs per device (`0`: none) | a quarter of host memory, at most 16 GiB |
@@ -102,6 +103,17 @@ pub(crate) fn nvcomp_deadline_base() -> std::time::Duration {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
         .map_or(std::time::Duration::from_secs(1), std::time::Duration::from_secs_f64)
+}
+
+/// `GPQ_KERNELS=jit`: compile the kernels with NVRTC instead of loading the
+/// prebuilt ones. Any value but `auto` and `jit` is an error.
+pub(crate) fn kernels_jit() -> Result<bool> {
+    match var("GPQ_KERNELS").map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(false),
+        Some(v) if v == "auto" => Ok(false),
+        Some(v) if v == "jit" => Ok(true),
+        Some(v) => Err(invalid("GPQ_KERNELS", &v, "auto or jit")),
+    }
 }
 
 /// Where compiled kernels are cached, if anywhere.

@@ -71,7 +71,7 @@ pub use plan::{Footer, ReadPlan, read_footer, read_footer_with_page_index};
 pub use reader::{
     DeviceBatchReader, DeviceReaderBuilder, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
 };
-pub use stats::{DecompressStats, IoStats, ReadStats};
+pub use stats::{DecompressStats, IoStats, ReadStats, SetupStats};
 
 /// The main loop of the `gpq-nvcomp-worker` process the library starts to
 /// run nvCOMP in isolation; not for other use.

@@ -71,9 +71,24 @@ impl DecompressStats {
     }
 }
 
+/// One-time device set-up a read paid for: both times are zero once the
+/// device's context exists and gpq's kernels are loaded into it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetupStats {
+    /// Creating the device's context (the first read on a device).
+    pub context: Duration,
+    /// Loading gpq's kernels into the context (the first read on a context).
+    pub kernels: Duration,
+    /// Where the kernels came from: `prebuilt sm_90 cubin`, or the fallbacks
+    /// `NVRTC sm_75` and `prebuilt compute_80 PTX, compiled by the driver`.
+    pub kernel_source: String,
+}
+
 /// Statistics of one read: where the bytes came from and where time went.
 #[derive(Debug, Clone, Default)]
 pub struct ReadStats {
+    /// One-time device set-up (context, kernels) this read paid for; counted in `total`.
+    pub setup: SetupStats,
     /// The IO layer's report (path, bytes, wall time).
     pub io: Option<IoStats>,
     /// Footer and planning.
@@ -108,8 +123,17 @@ impl ReadStats {
             0 => String::new(),
             n => format!(", {n} of them in the nvCOMP worker"),
         };
+        let setup = match (self.setup.context.is_zero(), self.setup.kernels.is_zero()) {
+            (true, true) => String::new(),
+            _ => format!(
+                "device set-up: context {:.1} ms, kernels {:.1} ms ({}); ",
+                ms(self.setup.context),
+                ms(self.setup.kernels),
+                self.setup.kernel_source
+            ),
+        };
         format!(
-            "io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU{isolated} / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",
+            "{setup}io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU{isolated} / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",
             io.map(|s| s.path.name()).unwrap_or("-"),
             io.map(|s| s.bytes_read as f64 / 1e9).unwrap_or(0.0),
             io.map(|s| ms(s.wall)).unwrap_or(0.0),

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "empty_and_single_row_files", empty_and_single_row_files),
         gpu_trial(&device, "tpch_tables_match", tpch_tables_match),
         gpu_trial(&device, "parquet_testing_files", parquet_testing_files),
+        gpu_trial(&device, "kernels_come_prebuilt", kernels_come_prebuilt),
     ])
 }
 
@@ -552,6 +553,32 @@ fn empty_and_single_row_files(_ctx: &Arc<GpuContext>) {
         let t = assert_same(&path, &ReadOptions::new());
         assert_eq!(t.num_rows(), rows);
     }
+}
+
+/// Every read names where its kernels came from: on a device of an
+/// architecture gpq ships a cubin for, that cubin (unless `GPQ_KERNELS=jit`
+/// asks for NVRTC), so nothing is compiled; a read after the first finds the
+/// device ready and pays no set-up.
+fn kernels_come_prebuilt(ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_sample(&dir.path().join("sample.parquet"), 1000, 500, Compression::SNAPPY);
+    let jit = std::env::var("GPQ_KERNELS").is_ok_and(|v| v.trim().eq_ignore_ascii_case("jit"));
+    let expected = if ctx.is_emulated() {
+        "the CPU emulator".to_string()
+    } else if jit {
+        format!("NVRTC {}", ctx.arch())
+    } else {
+        let image = gpq::gpu::prebuilt::cubin_for(ctx.compute_capability)
+            .unwrap_or_else(|| panic!("gpq ships no cubin for {}; add it to the prebuilt images", ctx.arch()));
+        format!("prebuilt {} cubin", image.arch)
+    };
+    for _ in 0..2 {
+        let t = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+        assert_eq!(t.stats().setup.kernel_source, expected);
+        assert_batches_equal(&path, &arrow_rs(&path).unwrap(), &t.to_record_batch().unwrap());
+    }
+    let setup = read_parquet_to_device(&path, &ReadOptions::new()).unwrap().stats().setup.clone();
+    assert!(setup.context.is_zero() && setup.kernels.is_zero(), "a later read paid for set-up: {setup:?}");
 }
 
 fn tpch_tables_match(ctx: &Arc<GpuContext>) {

@@ -19,7 +19,7 @@ use crate::cuda::DeviceBuffer;
 use crate::decode::DecodedColumn;
 use crate::decode::layouts::VIEW_BUFFER_SHIFT;
 use crate::error::Result;
-use crate::stats::ReadStats;
+use crate::stats::{ReadStats, SetupStats};
 
 mod pinned;
 
@@ -410,6 +410,18 @@ impl DeviceTable {
     pub(crate) fn add_plan_time(&mut self, planning: std::time::Duration) {
         self.stats.plan += planning;
         self.stats.total += planning;
+    }
+
+    /// Records the device set-up the read paid for (already counted in its total).
+    pub(crate) fn set_setup(&mut self, setup: SetupStats) {
+        self.stats.setup = setup;
+    }
+
+    /// Records device set-up done for this table before its read began
+    /// (the batch reader's, when it was built), adding it to the total.
+    pub(crate) fn add_setup(&mut self, setup: SetupStats) {
+        self.stats.total += setup.context + setup.kernels;
+        self.stats.setup = setup;
     }
 
     /// Stops charging the table's buffers to the read's memory budget.

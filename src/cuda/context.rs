@@ -132,8 +132,15 @@ fn emulation_requested() -> bool {
 impl GpuContext {
     /// The context of device `ordinal`, created on first use.
     pub fn get(ordinal: usize) -> Result<Arc<GpuContext>> {
+        Self::get_timed(ordinal).map(|(ctx, _)| ctx)
+    }
+
+    /// Like [`GpuContext::get`], with the time spent creating the context
+    /// (the driver's initialisation included): zero when it existed.
+    pub fn get_timed(ordinal: usize) -> Result<(Arc<GpuContext>, Duration)> {
+        let t = Instant::now();
         if emulation_requested() {
-            return Self::emulated();
+            return Self::emulated().map(|ctx| (ctx, Duration::ZERO));
         }
         let count = driver()?;
         if ordinal >= count as usize {
@@ -144,13 +151,13 @@ impl GpuContext {
         if let Some(ctx) = map.get(&ordinal) {
             if !ctx.is_lost() {
                 ctx.bind()?;
-                return Ok(ctx.clone());
+                return Ok((ctx.clone(), Duration::ZERO));
             }
             map.remove(&ordinal);
         }
         let ctx = Arc::new(Self::create(ordinal)?);
         map.insert(ordinal, ctx.clone());
-        Ok(ctx)
+        Ok((ctx, t.elapsed()))
     }
 
     /// The CPU emulator as a device (needs the `emulator` feature).

@@ -157,6 +157,7 @@ fn candidates(errors: &mut Vec<String>) -> Vec<String> {
 }
 
 fn load() -> Result<Nvcomp, String> {
+    let started = std::time::Instant::now();
     let mut errors = Vec::new();
     for path in candidates(&mut errors) {
         // SAFETY: loading nvCOMP runs its initialisers, which have no preconditions.
@@ -200,7 +201,8 @@ fn load() -> Result<Nvcomp, String> {
                     Err(e) => debug!("nvCOMP codec unavailable: {e}"),
                 }
             }
-            info!(%path, %version, codecs = ?fns.iter().map(|f| f.0).collect::<Vec<_>>(), "nvCOMP loaded");
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            info!(%path, %version, ms, codecs = ?fns.iter().map(|f| f.0).collect::<Vec<_>>(), "nvCOMP loaded");
             return Ok(Nvcomp { _lib: lib, path, version, fns });
         }
     }

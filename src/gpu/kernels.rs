@@ -1,10 +1,12 @@
-//! Kernel loading: the CUDA C++ sources beside this file are compiled at first
-//! use with NVRTC into a cubin for the device's architecture, cached on disk
-//! (keyed by source hash, architecture, NVRTC version and options) so the next
-//! process starts fast, and loaded as one module per device.
-//!
-//! The cache directory is chosen in [`crate::env`]; a cache that cannot be
-//! written is skipped.
+//! Kernel loading: one module per context, loaded on first use. The image
+//! comes from the kernels compiled ahead of time ([`super::prebuilt`]): the
+//! cubin of the device's architecture. A device none of them runs gets the
+//! CUDA C++ sources beside this file compiled with NVRTC for its exact
+//! architecture, cached on disk (keyed by source hash, architecture, NVRTC
+//! version and options) so the next process starts fast; without NVRTC, the
+//! prebuilt PTX compiled by the driver. `GPQ_KERNELS=jit` always compiles
+//! with NVRTC (see [`crate::env`], which also chooses the cache directory; a
+//! cache that cannot be written is skipped).
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
@@ -130,7 +132,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// Options every compile uses (the architecture is added per device).
-const NVRTC_OPTIONS: &[&str] = &["-std=c++17", "-lineinfo", "-DGPQ_NVRTC=1"];
+pub(crate) const NVRTC_OPTIONS: &[&str] = &["-std=c++17", "-lineinfo", "-DGPQ_NVRTC=1"];
 
 /// The whole translation unit, with `#line` markers so compiler messages name the right file.
 pub(crate) fn translation_unit() -> String {
@@ -168,6 +170,12 @@ pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
     compile_source(&translation_unit(), arch)
 }
 
+/// Compiles the kernels to PTX for the virtual architecture `arch` (e.g.
+/// `compute_80`), NUL-terminated as the driver takes it. Needs NVRTC but no GPU.
+pub fn compile_ptx(arch: &str) -> Result<Vec<u8>> {
+    compile(&translation_unit(), arch, Output::Ptx)
+}
+
 /// Compiles `source` (one translation unit) to a cubin for `arch`; a failure
 /// carries NVRTC's log.
 #[cfg(feature = "test-util")]
@@ -176,6 +184,17 @@ pub fn compile_source_for_test(source: &str, arch: &str) -> Result<Vec<u8>> {
 }
 
 fn compile_source(source: &str, arch: &str) -> Result<Vec<u8>> {
+    compile(source, arch, Output::Cubin)
+}
+
+/// What NVRTC hands back.
+#[derive(Clone, Copy)]
+enum Output {
+    Cubin,
+    Ptx,
+}
+
+fn compile(source: &str, arch: &str, output: Output) -> Result<Vec<u8>> {
     nvrtc_version()?;
     let src = CString::new(source).map_err(|_| Error::Kernel { stage: "nvrtc", log: "kernel source holds a NUL byte".into() })?;
     let name = CString::new("gpq_kernels.cu").unwrap();
@@ -205,18 +224,24 @@ fn compile_source(source: &str, arch: &str) -> Result<Vec<u8>> {
             debug!(%log, "NVRTC messages");
         }
         let mut size = 0usize;
-        let r = nvrtc::nvrtcGetCUBINSize(prog, &mut size);
+        let (size_call, r) = match output {
+            Output::Cubin => ("nvrtcGetCUBINSize", nvrtc::nvrtcGetCUBINSize(prog, &mut size)),
+            Output::Ptx => ("nvrtcGetPTXSize", nvrtc::nvrtcGetPTXSize(prog, &mut size)),
+        };
         if r != nvrtc::nvrtcResult::NVRTC_SUCCESS {
             nvrtc::nvrtcDestroyProgram(&mut prog);
-            return Err(fail("nvrtcGetCUBINSize", r));
+            return Err(fail(size_call, r));
         }
-        let mut cubin = vec![0u8; size];
-        let r = nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast());
+        let mut image = vec![0u8; size];
+        let (call, r) = match output {
+            Output::Cubin => ("nvrtcGetCUBIN", nvrtc::nvrtcGetCUBIN(prog, image.as_mut_ptr().cast())),
+            Output::Ptx => ("nvrtcGetPTX", nvrtc::nvrtcGetPTX(prog, image.as_mut_ptr().cast())),
+        };
         nvrtc::nvrtcDestroyProgram(&mut prog);
         if r != nvrtc::nvrtcResult::NVRTC_SUCCESS {
-            return Err(fail("nvrtcGetCUBIN", r));
+            return Err(fail(call, r));
         }
-        Ok(cubin)
+        Ok(image)
     }
 }
 
@@ -234,8 +259,8 @@ pub(crate) fn cache_key(arch: &str, nvrtc: (i32, i32)) -> String {
     format!("{arch}-nvrtc{}.{}-{hex}", nvrtc.0, nvrtc.1)
 }
 
-/// The cubin for `arch`, from the disk cache or freshly compiled.
-pub(crate) fn cubin_for(arch: &str) -> Result<Vec<u8>> {
+/// The cubin for `arch` compiled by NVRTC, from the disk cache or freshly compiled.
+pub(crate) fn nvrtc_cubin(arch: &str) -> Result<Vec<u8>> {
     let version = nvrtc_version()?;
     let key = cache_key(arch, version);
     let path = crate::env::kernel_cache_dir().map(|d| d.join(format!("{key}.cubin")));
@@ -268,6 +293,7 @@ pub(crate) fn cubin_for(arch: &str) -> Result<Vec<u8>> {
 pub(crate) struct Kernels {
     module: sys::CUmodule,
     emulated: bool,
+    source: String,
     functions: Mutex<HashMap<Kernel, usize>>,
 }
 
@@ -281,39 +307,92 @@ unsafe impl Sync for Kernels {}
 type Registry = Mutex<HashMap<ContextKey, Arc<Kernels>>>;
 
 impl Kernels {
-    /// The kernels of `ctx`'s device, built (or loaded from the disk cache)
-    /// and loaded on first use, then shared. A failure is not cached: the
-    /// next call tries again.
+    /// The kernels of `ctx`'s device, loaded on first use (see the module
+    /// doc for where they come from), then shared. A failure is not cached:
+    /// the next call tries again.
     pub(crate) fn for_context(ctx: &GpuContext) -> Result<Arc<Kernels>> {
+        Self::for_context_timed(ctx).map(|(k, _)| k)
+    }
+
+    /// Like [`Kernels::for_context`], with the time this call spent loading
+    /// the module (zero when it was loaded already).
+    pub(crate) fn for_context_timed(ctx: &GpuContext) -> Result<(Arc<Kernels>, std::time::Duration)> {
         static REGISTRY: OnceLock<Registry> = OnceLock::new();
         ctx.bind()?;
         let mut registry = REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = registry.get(&ctx.key()) {
-            return Ok(Arc::clone(k));
+            return Ok((Arc::clone(k), std::time::Duration::ZERO));
         }
         let t = std::time::Instant::now();
         let k = if ctx.is_emulated() { Kernels::emulated() } else { Kernels::load(ctx.compute_capability)? };
-        debug!(elapsed_ms = t.elapsed().as_secs_f64() * 1e3, device = ctx.ordinal(), "kernels loaded");
+        let elapsed = t.elapsed();
+        info!(ms = elapsed.as_secs_f64() * 1e3, device = ctx.ordinal(), source = %k.source, "kernels loaded");
         let k = Arc::new(k);
         registry.insert(ctx.key(), Arc::clone(&k));
-        Ok(k)
+        Ok((k, elapsed))
     }
 
-    /// Builds (or loads from cache) and loads the kernels for a device of this compute capability.
-    /// The context must be current.
+    /// Where the module came from (`prebuilt sm_90 cubin`, `NVRTC sm_75`, ...).
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Loads the kernels for a device of this compute capability: the
+    /// prebuilt cubin of its architecture, else NVRTC, else the prebuilt PTX
+    /// (`GPQ_KERNELS=jit`: NVRTC only). The context must be current.
     fn load(cc: (i32, i32)) -> Result<Kernels> {
         let arch = format!("sm_{}{}", cc.0, cc.1);
-        let cubin = cubin_for(&arch)?;
+        let jit = crate::env::kernels_jit()?;
+        let mut tried: Vec<String> = Vec::new();
+        if !jit {
+            match super::prebuilt::cubin_for(cc) {
+                Some(image) => match image.bytes().and_then(|b| Self::load_image(&b)) {
+                    Ok(module) => return Ok(Self::loaded(module, format!("prebuilt {} cubin", image.arch))),
+                    Err(e) => tried.push(format!("prebuilt {} cubin: {e}", image.arch)),
+                },
+                None => tried.push(format!("no prebuilt cubin runs on {arch}")),
+            }
+        }
+        match nvrtc_cubin(&arch).and_then(|b| Self::load_image(&b)) {
+            Ok(module) => {
+                if !jit {
+                    warn!(arch, reason = %tried.join("; "), "kernels compiled with NVRTC");
+                }
+                return Ok(Self::loaded(module, format!("NVRTC {arch}")));
+            }
+            Err(e) if jit => return Err(e),
+            Err(e) => tried.push(format!("NVRTC: {e}")),
+        }
+        match super::prebuilt::ptx_for(cc) {
+            Some(image) => match image.bytes().and_then(|b| Self::load_image(&b)) {
+                Ok(module) => {
+                    warn!(arch, reason = %tried.join("; "), "kernels compiled by the driver from the prebuilt PTX");
+                    return Ok(Self::loaded(module, format!("prebuilt {} PTX, compiled by the driver", image.arch)));
+                }
+                Err(e) => tried.push(format!("prebuilt {} PTX: {e}", image.arch)),
+            },
+            None => tried.push(format!("no prebuilt PTX runs on {arch}")),
+        }
+        Err(Error::Kernel { stage: "load", log: format!("no kernels for {arch}: {}", tried.join("; ")) })
+    }
+
+    fn loaded(module: sys::CUmodule, source: String) -> Kernels {
+        Kernels { module, emulated: false, source, functions: Default::default() }
+    }
+
+    /// Loads a cubin or NUL-terminated PTX into the current context.
+    fn load_image(image: &[u8]) -> Result<sys::CUmodule> {
         let mut module = std::ptr::null_mut();
-        // SAFETY: the image is a complete cubin that stays alive for the call.
-        let r = unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) };
+        // SAFETY: the image is a complete cubin or NUL-terminated PTX that
+        // stays alive for the call.
+        let r = unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) };
         check("cuModuleLoadData", r).map_err(|e| Error::Kernel { stage: "load", log: e.to_string() })?;
-        Ok(Kernels { module, emulated: false, functions: Default::default() })
+        Ok(module)
     }
 
     /// The emulator's kernels (compiled into the binary with the `emulator` feature).
     fn emulated() -> Kernels {
-        Kernels { module: std::ptr::null_mut(), emulated: true, functions: Default::default() }
+        Kernels { module: std::ptr::null_mut(), emulated: true, source: "the CPU emulator".into(), functions: Default::default() }
     }
 
     fn function(&self, kernel: Kernel) -> Result<sys::CUfunction> {

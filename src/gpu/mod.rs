@@ -1,5 +1,6 @@
-//! The GPU programs: gpq's CUDA C++ kernels (sources in `kernels/`), built
-//! for the device with NVRTC (or run on the CPU emulator in `emu/`), loaded
+//! The GPU programs: gpq's CUDA C++ kernels (sources in `kernels/`),
+//! compiled ahead of time for the architectures gpq ships ([`prebuilt`]) or
+//! with NVRTC for any other (or run on the CPU emulator in `emu/`), loaded
 //! once per device, and launched through a typed [`Kernel`] name. Also the
 //! status words the kernels report ([`status`]) and a device-side check that
 //! IO placed every byte where the plan says ([`verify`]).
@@ -9,8 +10,9 @@
 //! [`crate::Error::CorruptPage`].
 
 pub mod kernels;
+pub mod prebuilt;
 pub mod status;
 pub mod verify;
 
-pub use kernels::{Kernel, compile_cubin, nvrtc_available, nvrtc_version};
+pub use kernels::{Kernel, compile_cubin, compile_ptx, nvrtc_available, nvrtc_version};
 pub(crate) use kernels::{KernelArgs, Kernels};

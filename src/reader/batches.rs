@@ -55,6 +55,7 @@ use crate::error::{Error, Result};
 use crate::io::{DeviceChunks, read_chunks};
 use crate::options::{ColumnSelector, DecompressMode, ReadOptions};
 use crate::plan::{ChunkPlan, Footer, ReadPlan, read_footer, row_group_rows};
+use crate::stats::SetupStats;
 
 /// Builds a [`DeviceBatchReader`] over one Parquet file, in the manner of
 /// arrow-rs's `ParquetRecordBatchReaderBuilder`.
@@ -221,7 +222,7 @@ impl DeviceReaderBuilder {
         if self.files.len() > 1 && (self.options.row_groups.is_some() || self.selection.is_some()) {
             return Err(Error::InvalidOptions("row groups and row selections select within one file; this reader has several".into()));
         }
-        let ctx = GpuContext::get(self.options.device)?;
+        let (ctx, setup) = super::device_setup(self.options.device)?;
         let mut passes = Vec::new();
         let mut schema: Option<SchemaRef> = None;
         let mut worker = false;
@@ -291,7 +292,8 @@ impl DeviceReaderBuilder {
             ctx,
             streams,
             budget,
-            planned: t0.elapsed(),
+            planned: t0.elapsed().saturating_sub(setup.context + setup.kernels),
+            setup: Some(setup),
             done: false,
             hung: None,
         })
@@ -457,6 +459,8 @@ pub struct DeviceBatchReader {
     streams: [Arc<GpuStream>; 2],
     budget: Option<Arc<MemoryBudget>>,
     planned: std::time::Duration,
+    /// Device set-up done while building, reported with the first batch.
+    setup: Option<SetupStats>,
     done: bool,
     /// The pass nvCOMP hung on, if it did (the reader went on decompressing on the CPU).
     hung: Option<usize>,
@@ -628,6 +632,9 @@ impl DeviceBatchReader {
                     table.detach_budget();
                     if k == 0 {
                         table.add_plan_time(self.planned);
+                    }
+                    if let Some(setup) = self.setup.take() {
+                        table.add_setup(setup);
                     }
                     self.next += 1;
                     return Some(Ok(table));

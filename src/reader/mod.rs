@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 use crate::io::{DeviceChunks, read_chunks};
 use crate::options::{DecompressMode, ReadOptions};
 use crate::plan::{Footer, ReadPlan};
-use crate::stats::ReadStats;
+use crate::gpu::Kernels;
+use crate::stats::{ReadStats, SetupStats};
 
 /// Plans a read of `path` and moves its column-chunk bytes into device
 /// memory, without decoding them.
@@ -33,6 +34,14 @@ pub fn read_column_chunks(path: impl AsRef<Path>, options: &ReadOptions) -> Resu
     let ctx = GpuContext::get(options.device)?;
     let stream = read_stream(&ctx, path.as_ref(), options)?;
     read_chunks(plan, plan_time, &stream, &options.io).map_err(|e| after_failure(&ctx, &stream, e))
+}
+
+/// The context of `device` and its kernels, with what making them ready
+/// cost (nothing once they are).
+fn device_setup(device: usize) -> Result<(Arc<GpuContext>, SetupStats)> {
+    let (ctx, context) = GpuContext::get_timed(device)?;
+    let (kernels, kernel_time) = Kernels::for_context_timed(&ctx)?;
+    Ok((ctx, SetupStats { context, kernels: kernel_time, kernel_source: kernels.source().to_string() }))
 }
 
 /// Appended to the error of a file that made nvCOMP hang.
@@ -108,14 +117,18 @@ fn read_with(path: &Path, footer: Option<Footer>, options: &ReadOptions) -> Resu
     // Fail on unsupported columns before any IO.
     can_decode(&plan)?;
     let plan_time = t0.elapsed();
-    let ctx = GpuContext::get(options.device)?;
+    let (ctx, setup) = device_setup(options.device)?;
     if crate::decode::needs_nvcomp_worker(&plan, options) {
         // Started while the chunks are read, ready when their pages are.
         crate::decode::isolated::prestart(&ctx);
     }
     let stream = read_stream(&ctx, path, options)?;
     let footer = Footer { file_size: plan.file_size(), metadata: plan.metadata().clone() };
-    match read_on(plan, plan_time, t0, &stream, options).map_err(|e| after_failure(&ctx, &stream, e)) {
+    let read = read_on(plan, plan_time, t0, &stream, options).map(|mut table| {
+        table.set_setup(setup);
+        table
+    });
+    match read.map_err(|e| after_failure(&ctx, &stream, e)) {
         // nvCOMP never finished (it can loop forever on a corrupt ZSTD page
         // the device check cannot see into): the context was abandoned for a
         // fresh one; the CPU decoders give the page's verdict.
@@ -154,6 +167,7 @@ fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: 
 fn decode_chunks(chunks: &DeviceChunks, t0: Instant, options: &ReadOptions) -> Result<DeviceTable> {
     let decoded = crate::decode::decode(chunks, options)?;
     let stats = ReadStats {
+        setup: SetupStats::default(),
         io: Some(chunks.io().clone()),
         plan: chunks.plan_time(),
         page_headers: decoded.page_headers,

@@ -1,0 +1,14 @@
+# Sourced by scripts/test.sh and scripts/build-kernels.sh: installs NVRTC
+# from pip (no GPU needed) into a virtual environment, once, and puts it on
+# LD_LIBRARY_PATH. The version is pinned: the prebuilt kernels
+# (src/gpu/prebuilt/) are checked byte for byte against what this NVRTC builds.
+GPQ_NVRTC_VERSION=13.0.88
+venv=${GPQ_TEST_VENV:-target/nvrtc-venv}
+if [ ! -e "$venv/.installed-$GPQ_NVRTC_VERSION" ]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "nvidia-cuda-nvrtc==$GPQ_NVRTC_VERSION"
+  touch "$venv/.installed-$GPQ_NVRTC_VERSION"
+fi
+nvrtc_lib=$(ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13/lib | head -1)
+export LD_LIBRARY_PATH="$nvrtc_lib:${LD_LIBRARY_PATH:-}"
