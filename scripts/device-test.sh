@@ -90,15 +90,20 @@ mkdir -p "$stage/data"
 if [ -d ../shared/parquet-testing/data ]; then
   cp -r ../shared/parquet-testing/data "$stage/data/parquet-testing"
 fi
-if [ -d ../shared/regressions ]; then
-  cp -r ../shared/regressions "$stage/data/regressions"
-fi
+# (The regression corpus travels with the working tree: testdata/regressions.)
 bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
   local name=$1; shift
   mkdir -p "$stage/$name"
   cp scripts/device-run.sh "$stage/$name/run.sh"
   ( cd "$stage" && tar -cf - "$@" | xz -9e -T0 > "$name/payload.tar.xz" )
   du -sh "$stage/$name/payload.tar.xz"
+  # A device call carries at most 64 MiB: this bundle and the working tree (tracked and untracked files).
+  local tree bundle
+  tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 -r du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s + 0}')
+  bundle=$(du -sb "$stage/$name" | cut -f1)
+  if [ $((tree + bundle)) -gt $((64 << 20)) ]; then
+    echo "WARNING: .device/$name ($bundle bytes) and the working tree ($tree bytes) exceed a device call's 64 MiB" >&2
+  fi
 }
 # (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
 in_bundle() { awk -v b="$1" '$4 == b { print "bin/" $1 "-" $2 }' "$stage/executables.txt" | grep -v -- '-mutations$' || true; }
