@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage batches check-kernel small-reads first-read
+#           bench-coverage batches check-kernel small-reads first-read kernel-paths
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -193,6 +193,19 @@ stage_first_read() {
     /usr/bin/time -f '%e' -o "$t" env GPQ_KERNELS=jit GPQ_KERNEL_CACHE="$work/jit-cache" gpq demo --out "$d" > "$OUT/first-read-jit-$run.log" 2>&1
     note "first-read jit $run: demo wall $(cat "$t") s; $(grep -E '^\| (nation|region) ' "$OUT/first-read-jit-$run.log" | tr '\n' ' ')"
     note "  $(grep -E 'made the device ready' "$OUT/first-read-jit-$run.log")"
+  done
+}
+
+stage_kernel_paths() {
+  # The two ways to kernels other than the prebuilt cubin, each through the
+  # decode and corruption tests (small sizes): the prebuilt PTX compiled by
+  # the driver (GPQ_KERNELS=ptx), and NVRTC (GPQ_KERNELS=jit).
+  for source in ptx jit; do
+    for t in test-decode_gpu test-corrupt_gpu; do
+      GPQ_KERNELS=$source GPQ_TEST_SMALL=1 timeout "${TEST_TIMEOUT:-300}" "$work/bin/$t" --test-threads=1 > "$OUT/kernels-$source-$t.log" 2>&1
+      note "GPQ_KERNELS=$source $t: rc=$? $(grep -E '^test result' "$OUT/kernels-$source-$t.log" | tail -1)"
+      grep -E "^test .* FAILED|panicked at .*gpq" "$OUT/kernels-$source-$t.log" | head -5 | tee -a "$summary"
+    done
   done
 }
 

@@ -10,7 +10,7 @@
 //! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
 //! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
 //! | `GPQ_VERIFY_PAGE_CHECKSUMS=1` | [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums) | off |
-//! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX) or `jit` (always NVRTC, for kernel development) | `auto` |
+//! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX), `jit` (always NVRTC, for kernel development) or `ptx` (always the prebuilt PTX, for testing that path) | `auto` |
 //! | `GPQ_KERNEL_CACHE` | directory of kernels compiled by NVRTC | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
 //! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
@@ -105,14 +105,25 @@ pub(crate) fn nvcomp_deadline_base() -> std::time::Duration {
         .map_or(std::time::Duration::from_secs(1), std::time::Duration::from_secs_f64)
 }
 
-/// `GPQ_KERNELS=jit`: compile the kernels with NVRTC instead of loading the
-/// prebuilt ones. Any value but `auto` and `jit` is an error.
-pub(crate) fn kernels_jit() -> Result<bool> {
-    match var("GPQ_KERNELS").map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(false),
-        Some(v) if v == "auto" => Ok(false),
-        Some(v) if v == "jit" => Ok(true),
-        Some(v) => Err(invalid("GPQ_KERNELS", &v, "auto or jit")),
+/// Where the kernels come from (`GPQ_KERNELS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KernelSource {
+    /// `auto` (the default): the prebuilt cubin, else NVRTC, else the prebuilt PTX.
+    Auto,
+    /// `jit`: NVRTC only.
+    Jit,
+    /// `ptx`: the prebuilt PTX only, compiled by the driver (to test that path
+    /// on a device gpq ships a cubin for).
+    Ptx,
+}
+
+/// `GPQ_KERNELS`: `auto`, `jit` or `ptx`; anything else is an error.
+pub(crate) fn kernel_source() -> Result<KernelSource> {
+    match var("GPQ_KERNELS").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("auto") => Ok(KernelSource::Auto),
+        Some("jit") => Ok(KernelSource::Jit),
+        Some("ptx") => Ok(KernelSource::Ptx),
+        Some(v) => Err(invalid("GPQ_KERNELS", v, "auto, jit or ptx")),
     }
 }
 

@@ -556,17 +556,19 @@ fn empty_and_single_row_files(_ctx: &Arc<GpuContext>) {
 }
 
 /// Every read names where its kernels came from: on a device of an
-/// architecture gpq ships a cubin for, that cubin (unless `GPQ_KERNELS=jit`
-/// asks for NVRTC), so nothing is compiled; a read after the first finds the
-/// device ready and pays no set-up.
+/// architecture gpq ships a cubin for, that cubin (unless `GPQ_KERNELS` asks
+/// for NVRTC or the PTX), so nothing is compiled; a read after the first
+/// finds the device ready and pays no set-up.
 fn kernels_come_prebuilt(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let path = common::write_sample(&dir.path().join("sample.parquet"), 1000, 500, Compression::SNAPPY);
-    let jit = std::env::var("GPQ_KERNELS").is_ok_and(|v| v.trim().eq_ignore_ascii_case("jit"));
+    let asked = std::env::var("GPQ_KERNELS").map(|v| v.trim().to_ascii_lowercase()).unwrap_or_default();
     let expected = if ctx.is_emulated() {
         "the CPU emulator".to_string()
-    } else if jit {
+    } else if asked == "jit" {
         format!("NVRTC {}", ctx.arch())
+    } else if asked == "ptx" {
+        "prebuilt compute_80 PTX, compiled by the driver".to_string()
     } else {
         let image = gpq::gpu::prebuilt::cubin_for(ctx.compute_capability)
             .unwrap_or_else(|| panic!("gpq ships no cubin for {}; add it to the prebuilt images", ctx.arch()));

@@ -5,8 +5,9 @@
 //! architecture, cached on disk (keyed by source hash, architecture, NVRTC
 //! version and options) so the next process starts fast; without NVRTC, the
 //! prebuilt PTX compiled by the driver. `GPQ_KERNELS=jit` always compiles
-//! with NVRTC (see [`crate::env`], which also chooses the cache directory; a
-//! cache that cannot be written is skipped).
+//! with NVRTC, `GPQ_KERNELS=ptx` always takes the PTX (see [`crate::env`],
+//! which also chooses NVRTC's cache directory; a cache that cannot be
+//! written is skipped).
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
@@ -339,12 +340,14 @@ impl Kernels {
 
     /// Loads the kernels for a device of this compute capability: the
     /// prebuilt cubin of its architecture, else NVRTC, else the prebuilt PTX
-    /// (`GPQ_KERNELS=jit`: NVRTC only). The context must be current.
+    /// (`GPQ_KERNELS=jit`: NVRTC only; `ptx`: the PTX only). The context
+    /// must be current.
     fn load(cc: (i32, i32)) -> Result<Kernels> {
+        use crate::env::KernelSource;
         let arch = format!("sm_{}{}", cc.0, cc.1);
-        let jit = crate::env::kernels_jit()?;
+        let wanted = crate::env::kernel_source()?;
         let mut tried: Vec<String> = Vec::new();
-        if !jit {
+        if wanted == KernelSource::Auto {
             match super::prebuilt::cubin_for(cc) {
                 Some(image) => match image.bytes().and_then(|b| Self::load_image(&b)) {
                     Ok(module) => return Ok(Self::loaded(module, format!("prebuilt {} cubin", image.arch))),
@@ -353,20 +356,24 @@ impl Kernels {
                 None => tried.push(format!("no prebuilt cubin runs on {arch}")),
             }
         }
-        match nvrtc_cubin(&arch).and_then(|b| Self::load_image(&b)) {
-            Ok(module) => {
-                if !jit {
-                    warn!(arch, reason = %tried.join("; "), "kernels compiled with NVRTC");
+        if wanted != KernelSource::Ptx {
+            match nvrtc_cubin(&arch).and_then(|b| Self::load_image(&b)) {
+                Ok(module) => {
+                    if wanted == KernelSource::Auto {
+                        warn!(arch, reason = %tried.join("; "), "kernels compiled with NVRTC");
+                    }
+                    return Ok(Self::loaded(module, format!("NVRTC {arch}")));
                 }
-                return Ok(Self::loaded(module, format!("NVRTC {arch}")));
+                Err(e) if wanted == KernelSource::Jit => return Err(e),
+                Err(e) => tried.push(format!("NVRTC: {e}")),
             }
-            Err(e) if jit => return Err(e),
-            Err(e) => tried.push(format!("NVRTC: {e}")),
         }
         match super::prebuilt::ptx_for(cc) {
             Some(image) => match image.bytes().and_then(|b| Self::load_image(&b)) {
                 Ok(module) => {
-                    warn!(arch, reason = %tried.join("; "), "kernels compiled by the driver from the prebuilt PTX");
+                    if wanted == KernelSource::Auto {
+                        warn!(arch, reason = %tried.join("; "), "kernels compiled by the driver from the prebuilt PTX");
+                    }
                     return Ok(Self::loaded(module, format!("prebuilt {} PTX, compiled by the driver", image.arch)));
                 }
                 Err(e) => tried.push(format!("prebuilt {} PTX: {e}", image.arch)),
