@@ -349,10 +349,11 @@ impl Kernels {
         let mut tried: Vec<String> = Vec::new();
         if wanted == KernelSource::Auto {
             match super::prebuilt::cubin_for(cc) {
-                Some(image) => match image.bytes().and_then(|b| Self::load_image(&b)) {
-                    Ok(module) => return Ok(Self::loaded(module, format!("prebuilt {} cubin", image.arch))),
-                    Err(e) => tried.push(format!("prebuilt {} cubin: {e}", image.arch)),
-                },
+                Some(image) => {
+                    if let Some(kernels) = Self::load_prebuilt(image, &mut tried) {
+                        return Ok(kernels);
+                    }
+                }
                 None => tried.push(format!("no prebuilt cubin runs on {arch}")),
             }
         }
@@ -369,18 +370,35 @@ impl Kernels {
             }
         }
         match super::prebuilt::ptx_for(cc) {
-            Some(image) => match image.bytes().and_then(|b| Self::load_image(&b)) {
-                Ok(module) => {
+            Some(image) => {
+                let before = tried.join("; ");
+                if let Some(kernels) = Self::load_prebuilt(image, &mut tried) {
                     if wanted == KernelSource::Auto {
-                        warn!(arch, reason = %tried.join("; "), "kernels compiled by the driver from the prebuilt PTX");
+                        warn!(arch, reason = %before, "kernels compiled by the driver from the prebuilt PTX");
                     }
-                    return Ok(Self::loaded(module, format!("prebuilt {} PTX, compiled by the driver", image.arch)));
+                    return Ok(kernels);
                 }
-                Err(e) => tried.push(format!("prebuilt {} PTX: {e}", image.arch)),
-            },
+            }
             None => tried.push(format!("no prebuilt PTX runs on {arch}")),
         }
         Err(Error::Kernel { stage: "load", log: format!("no kernels for {arch}: {}", tried.join("; ")) })
+    }
+
+    /// Loads a prebuilt image (a cubin, or PTX the driver compiles), or notes
+    /// in `tried` why it would not load.
+    fn load_prebuilt(image: &super::prebuilt::Image, tried: &mut Vec<String>) -> Option<Kernels> {
+        use super::prebuilt::ImageKind;
+        let what = match image.kind {
+            ImageKind::Cubin => format!("prebuilt {} cubin", image.arch),
+            ImageKind::Ptx => format!("prebuilt {} PTX, compiled by the driver", image.arch),
+        };
+        match image.bytes().and_then(|b| Self::load_image(&b)) {
+            Ok(module) => Some(Self::loaded(module, what)),
+            Err(e) => {
+                tried.push(format!("{what}: {e}"));
+                None
+            }
+        }
     }
 
     fn loaded(module: sys::CUmodule, source: String) -> Kernels {

@@ -64,11 +64,6 @@ impl Image {
             .map_err(|e| Error::Kernel { stage: "load", log: format!("prebuilt {} image: {e}", self.arch) })
     }
 
-    /// The compressed bytes as embedded.
-    pub fn compressed(&self) -> &'static [u8] {
-        self.compressed
-    }
-
     /// The file name of the image under `src/gpu/prebuilt/`.
     pub fn file_name(&self) -> String {
         match self.kind {
