@@ -119,7 +119,11 @@ pub(crate) enum KernelSource {
 
 /// `GPQ_KERNELS`: `auto`, `jit` or `ptx`; anything else is an error.
 pub(crate) fn kernel_source() -> Result<KernelSource> {
-    match var("GPQ_KERNELS").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+    parse_kernel_source(var("GPQ_KERNELS").as_deref())
+}
+
+fn parse_kernel_source(value: Option<&str>) -> Result<KernelSource> {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None | Some("auto") => Ok(KernelSource::Auto),
         Some("jit") => Ok(KernelSource::Jit),
         Some("ptx") => Ok(KernelSource::Ptx),
@@ -193,4 +197,19 @@ pub(crate) fn nvcomp_worker_deadline_base() -> Option<std::time::Duration> {
         return Some(std::time::Duration::from_millis(ms.max(1)));
     }
     var("GPQ_NVCOMP_DEADLINE_S").map(|_| nvcomp_deadline_base())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_source_takes_three_words_and_refuses_the_rest() {
+        assert_eq!(parse_kernel_source(None).unwrap(), KernelSource::Auto);
+        assert_eq!(parse_kernel_source(Some("auto")).unwrap(), KernelSource::Auto);
+        assert_eq!(parse_kernel_source(Some(" JIT ")).unwrap(), KernelSource::Jit);
+        assert_eq!(parse_kernel_source(Some("ptx")).unwrap(), KernelSource::Ptx);
+        let e = parse_kernel_source(Some("cubin")).unwrap_err();
+        assert!(matches!(e, Error::InvalidOptions(_)) && e.to_string().contains("GPQ_KERNELS"), "{e}");
+    }
 }
