@@ -10,5 +10,7 @@ if [ ! -e "$venv/.installed-$GPQ_NVRTC_VERSION" ]; then
   "$venv/bin/pip" install -q "nvidia-cuda-nvrtc==$GPQ_NVRTC_VERSION"
   touch "$venv/.installed-$GPQ_NVRTC_VERSION"
 fi
-nvrtc_lib=$(ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13/lib | head -1)
+# (An absolute path: NVRTC loads its builtins library when it compiles, and
+# the kernel test compiles from another working directory.)
+nvrtc_lib=$(cd "$(ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13/lib | head -1)" && pwd)
 export LD_LIBRARY_PATH="$nvrtc_lib:${LD_LIBRARY_PATH:-}"
