@@ -123,14 +123,15 @@ impl ReadStats {
             0 => String::new(),
             n => format!(", {n} of them in the nvCOMP worker"),
         };
-        let setup = match (self.setup.context.is_zero(), self.setup.kernels.is_zero()) {
-            (true, true) => String::new(),
-            _ => format!(
+        let setup = if self.setup.context.is_zero() && self.setup.kernels.is_zero() {
+            String::new()
+        } else {
+            format!(
                 "device set-up: context {:.1} ms, kernels {:.1} ms ({}); ",
                 ms(self.setup.context),
                 ms(self.setup.kernels),
                 self.setup.kernel_source
-            ),
+            )
         };
         format!(
             "{setup}io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU{isolated} / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",

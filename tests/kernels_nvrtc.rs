@@ -31,7 +31,7 @@ fn prebuilt_kernels_match_the_sources() {
     let update = std::env::var("GPQ_UPDATE_KERNELS").is_ok_and(|v| v == "1");
     if !update && prebuilt::manifest_value("nvrtc") != Some(nvrtc.as_str()) {
         panic!(
-            "the prebuilt kernels were built with NVRTC {:?}, this is {nvrtc}: install the version scripts/test.sh pins",
+            "the prebuilt kernels were built with NVRTC {:?}, this is {nvrtc}: install the version scripts/nvrtc-env.sh pins",
             prebuilt::manifest_value("nvrtc")
         );
     }

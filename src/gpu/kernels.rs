@@ -256,8 +256,7 @@ pub(crate) fn cache_key(arch: &str, nvrtc: (i32, i32)) -> String {
         h.update(o.as_bytes());
     }
     let digest = h.finalize();
-    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    format!("{arch}-nvrtc{}.{}-{hex}", nvrtc.0, nvrtc.1)
+    format!("{arch}-nvrtc{}.{}-{}", nvrtc.0, nvrtc.1, super::prebuilt::hex(&digest[..16]))
 }
 
 /// The cubin for `arch` compiled by NVRTC, from the disk cache or freshly compiled.
