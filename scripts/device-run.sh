@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage batches check-kernel small-reads first-read kernel-paths
+#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -374,6 +374,59 @@ stage_small_reads() {
   done
   RUST_LOG=gpq=debug timeout 120 gpq read "$f" --memory-limit 1GiB > "$OUT/batches-1gib-debug.log" 2>&1
   note "small lineitem whole: $(timeout 120 gpq read "$f" --repeat 5 2>&1 | grep -E 'decompression:|stages \(ms\)' | tr -s ' ' | tr '\n' ';')"
+}
+
+# Issue 12 part 3 (and issue 10's cost of the SNAPPY check): SF10 lineitem
+# read whole in OVERLAP_GROUPS groups of row groups (1 = no overlap), with
+# the device check of compressed pages on and off, alternating rounds, medians
+# of 5 reads; then the default read checked against arrow-rs.
+stage_overlap() {
+  mkdir -p "$data/sf10"
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  cat "$f" > /dev/null
+  gpq read "$f" --repeat 2 > /dev/null 2>&1
+  for round in $(seq 1 "${OVERLAP_ROUNDS:-3}"); do
+    for g in ${OVERLAP_GROUPS:-1 4 8 16}; do
+      for skip in ${OVERLAP_SKIP:-0 1}; do
+        out=$(GPQ_SKIP_PAGE_CHECKS=$skip timeout 60 gpq read "$f" --groups "$g" --repeat 5 2>&1)
+        note "overlap round $round groups $g checks=$([ "$skip" = 0 ] && echo on || echo off): $(echo "$out" | grep -E 'stages \(ms\)|overlap:|error' | tr -s ' ' | tr '\n' ';')"
+      done
+    done
+  done
+  for cols in l_orderkey l_extendedprice l_shipdate l_comment; do
+    for g in 1 8; do
+      out=$(timeout 60 gpq read "$f" --columns $cols --groups $g --repeat 5 2>&1)
+      note "overlap column $cols groups $g: $(echo "$out" | grep -E 'stages \(ms\)|overlap:|error' | tr -s ' ' | tr '\n' ';')"
+    done
+  done
+  out=$(timeout 300 gpq read "$f" --verify 2>&1)
+  note "overlap verify: $(echo "$out" | grep -E 'overlap:|verify:|error' | tr -s ' ' | tr '\n' ';')"
+}
+
+# Every kernel of one whole read of SF10 lineitem (one group), timed by
+# Nsight Compute (kernels serialized, clocks left alone): where the GPU
+# stages' time goes, per kernel name.
+stage_kernel_times() {
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  cat "$f" > /dev/null
+  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv ${KT_ARGS:-} gpq read "$f" --groups 1 > "$OUT/kernel-times.csv" 2> "$OUT/kernel-times.err"
+  note "kernel-times: rc=$?"
+  python3 - "$OUT/kernel-times.csv" <<'PY' | tee -a "$summary"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; k = head.index("Kernel Name"); v = head.index("Metric Value"); u = head.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows[1:]:
+    try: x = float(r[v].replace(",", ""))
+    except ValueError: continue
+    scale = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "nsecond": 1e-6, "ms": 1, "msecond": 1}.get(r[u], 1)
+    name = r[k].split("(")[0][:60]; tot[name] += x * scale; cnt[name] += 1
+for name, ms in sorted(tot.items(), key=lambda t: -t[1]):
+    print(f"kernel {name}: {ms:.2f} ms in {cnt[name]} launches")
+print(f"kernels in all: {sum(tot.values()):.2f} ms")
+PY
 }
 
 stage_check_kernel() {

@@ -66,12 +66,12 @@ pub use arrow::{DeviceColumn, DeviceTable};
 pub use error::{CorruptKind, Error, Result};
 pub use files::parquet_files;
 pub use io::DeviceChunks;
-pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, ReadOptions};
+pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, OVERLAP_GROUP_BYTES, OVERLAP_MAX_GROUPS, ReadOptions};
 pub use plan::{Footer, ReadPlan, read_footer, read_footer_with_page_index};
 pub use reader::{
     DeviceBatchReader, DeviceReaderBuilder, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
 };
-pub use stats::{DecompressStats, IoStats, ReadStats, SetupStats};
+pub use stats::{DecompressStats, IoStats, OverlapStats, ReadStats, SetupStats};
 
 /// The main loop of the `gpq-nvcomp-worker` process the library starts to
 /// run nvCOMP in isolation; not for other use.

@@ -224,6 +224,33 @@ pub struct ReadOptions {
     /// Pages without a checksum are read as they are. Default `false`, as in
     /// arrow-rs (most writers write no checksums).
     pub verify_page_checksums: bool,
+    /// How many groups of row groups a read is split into so that its stages
+    /// overlap: the GPU parses and decompresses one group's pages while the
+    /// next group's chunks are still being read (the values of all groups
+    /// are then decoded together). `None` (the default) chooses: about one
+    /// group per [`OVERLAP_GROUP_BYTES`] of chunks, at most
+    /// [`OVERLAP_MAX_GROUPS`], none for a read of less than two groups' bytes.
+    /// `Some(1)` reads in one group. Reads cut to a row window always read in
+    /// one group.
+    pub overlap_groups: Option<usize>,
+}
+
+/// The bytes of column chunks per group an overlapped read aims at when it
+/// chooses its groups ([`ReadOptions::overlap_groups`]).
+pub const OVERLAP_GROUP_BYTES: u64 = 128 << 20;
+
+/// The most groups an overlapped read chooses on its own.
+pub const OVERLAP_MAX_GROUPS: usize = 8;
+
+impl ReadOptions {
+    /// The groups a read of `chunk_bytes` is split into (see
+    /// [`ReadOptions::overlap_groups`]; at least 1).
+    pub fn resolved_overlap_groups(&self, chunk_bytes: u64) -> usize {
+        match self.overlap_groups {
+            Some(n) => n.max(1),
+            None => usize::try_from(chunk_bytes / OVERLAP_GROUP_BYTES).unwrap_or(usize::MAX).clamp(1, OVERLAP_MAX_GROUPS),
+        }
+    }
 }
 
 impl ReadOptions {
@@ -301,6 +328,13 @@ impl ReadOptions {
         self.device = ordinal;
         self
     }
+
+    /// Split the read into this many groups of row groups whose IO and
+    /// GPU stages overlap (see [`ReadOptions::overlap_groups`]; 1 turns it off).
+    pub fn with_overlap_groups(mut self, groups: usize) -> Self {
+        self.overlap_groups = Some(groups);
+        self
+    }
 }
 
 #[cfg(test)]
@@ -315,6 +349,17 @@ mod tests {
         assert_eq!(parse_size("1GiB"), Some(1 << 30));
         assert_eq!(parse_size("x"), None);
         assert_eq!(parse_size("12q"), None);
+    }
+
+    #[test]
+    fn overlap_groups_follow_the_bytes() {
+        let o = ReadOptions::new();
+        assert_eq!(o.resolved_overlap_groups(0), 1);
+        assert_eq!(o.resolved_overlap_groups(OVERLAP_GROUP_BYTES * 2 - 1), 1);
+        assert_eq!(o.resolved_overlap_groups(OVERLAP_GROUP_BYTES * 3), 3);
+        assert_eq!(o.resolved_overlap_groups(u64::MAX), OVERLAP_MAX_GROUPS);
+        assert_eq!(o.clone().with_overlap_groups(0).resolved_overlap_groups(u64::MAX), 1);
+        assert_eq!(o.with_overlap_groups(20).resolved_overlap_groups(0), 20);
     }
 
     #[test]

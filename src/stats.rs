@@ -110,6 +110,21 @@ pub struct ReadStats {
     /// Pages whose CRC-32 was verified on the device
     /// ([`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums); 0 when off).
     pub checksummed_pages: usize,
+    /// How the stages overlapped, if the read was split into groups
+    /// ([`ReadOptions::overlap_groups`](crate::ReadOptions::overlap_groups)).
+    /// Then `page_headers` and `decompress` add up the groups' times, which
+    /// ran beside the IO and beside each other.
+    pub overlap: Option<OverlapStats>,
+}
+
+/// How an overlapped read's stages overlapped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OverlapStats {
+    /// Groups of row groups read.
+    pub groups: usize,
+    /// Wall time from the end of the IO to the end of the last group's page
+    /// headers and decompression: the part of those stages the IO did not hide.
+    pub after_io: Duration,
 }
 
 impl ReadStats {
@@ -133,8 +148,12 @@ impl ReadStats {
                 self.setup.kernel_source
             )
         };
+        let overlap = match &self.overlap {
+            Some(o) => format!(", in {} overlapped groups (headers and decompression {:.1} ms past the IO)", o.groups, ms(o.after_io)),
+            None => String::new(),
+        };
         format!(
-            "{setup}io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU{isolated} / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}",
+            "{setup}io path {} ({:.2} GB read, {:.1} ms), decompression {} ({} GPU{isolated} / {} CPU pages), plan {:.1} ms, page headers {:.1} ms, decompress {:.1} ms, decode {:.1} ms, total {:.1} ms{checksums}{overlap}",
             io.map(|s| s.path.name()).unwrap_or("-"),
             io.map(|s| s.bytes_read as f64 / 1e9).unwrap_or(0.0),
             io.map(|s| ms(s.wall)).unwrap_or(0.0),

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "tpch_tables_match", tpch_tables_match),
         gpu_trial(&device, "parquet_testing_files", parquet_testing_files),
         gpu_trial(&device, "kernels_come_prebuilt", kernels_come_prebuilt),
+        gpu_trial(&device, "overlapped_groups_read_what_one_group_reads", overlapped_groups),
     ])
 }
 
@@ -718,4 +719,67 @@ fn parquet_testing_files(_ctx: &Arc<GpuContext>) {
     );
     assert!(problems.is_empty(), "{} files do not behave as listed:\n{}", problems.len(), problems.join("\n"));
     assert_eq!(same + NOT_YET_DECODED.len() + MALFORMED.len(), files.len(), "a listed file is missing from the corpus");
+}
+
+/// A read split into groups of row groups (IO of one group beside the page
+/// headers and decompression of the others) returns what arrow-rs and a
+/// read in one group return, page for page, over codecs, page versions,
+/// nested columns, projections and row-group selections; a corrupt page in
+/// a later group is the same typed error, naming its row group.
+fn overlapped_groups(ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = matrix_rows(ctx);
+    for codec in [Compression::SNAPPY, Compression::ZSTD(ZstdLevel::try_new(1).unwrap()), Compression::UNCOMPRESSED] {
+        for v2 in [false, true] {
+            let mut cols = columns(rows, Nulls::Some, 7);
+            cols.extend(nested_columns(rows, Nulls::Some, 8));
+            let schema = Arc::new(Schema::new(cols.iter().map(|c| c.0.clone()).collect::<Vec<_>>()));
+            let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect()).unwrap();
+            let props = WriterProperties::builder()
+                .set_compression(codec)
+                .set_writer_version(if v2 { WriterVersion::PARQUET_2_0 } else { WriterVersion::PARQUET_1_0 })
+                .set_max_row_group_row_count(Some(rows / 7 + 1))
+                .set_data_page_row_count_limit(97)
+                .set_write_batch_size(61)
+                .build();
+            let path = dir.path().join(format!("groups_{codec:?}_{v2}.parquet").replace(['(', ')', ' ', '{', '}', ':'], ""));
+            let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            let num_rg = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap().num_row_groups();
+            assert_eq!(num_rg, 7);
+
+            let one = assert_same(&path, &ReadOptions::new().with_overlap_groups(1));
+            assert!(one.stats().overlap.is_none(), "one group is not an overlapped read");
+            for groups in [2, 3, 7, 50] {
+                let t = assert_same(&path, &ReadOptions::new().with_overlap_groups(groups));
+                let overlap = t.stats().overlap.as_ref().unwrap_or_else(|| panic!("{groups} groups: no overlap reported"));
+                assert_eq!(overlap.groups, groups.min(num_rg));
+                let (a, b) = (&one.stats().decompression, &t.stats().decompression);
+                assert_eq!((a.gpu_pages + a.cpu_pages, a.decompressed_bytes), (b.gpu_pages + b.cpu_pages, b.decompressed_bytes));
+                assert_eq!(t.stats().io.as_ref().unwrap().bytes_requested, one.stats().io.as_ref().unwrap().bytes_requested);
+                assert!(t.stats().summary().contains(&format!("in {} overlapped groups", groups.min(num_rg))), "{}", t.stats().summary());
+            }
+            // A projection over some row groups, in three groups.
+            let options = ReadOptions::new().with_columns(["i64_opt", "utf8_opt", "list_i32_opt"]).with_row_groups([1, 2, 4, 5, 6]);
+            let t = read_parquet_to_device(&path, &options.clone().with_overlap_groups(3)).unwrap();
+            assert_eq!(t.stats().overlap.as_ref().map(|o| o.groups), Some(3));
+            let single = read_parquet_to_device(&path, &options.with_overlap_groups(1)).unwrap();
+            assert_batches_equal(&path, &single.to_record_batch().unwrap(), &t.to_record_batch().unwrap());
+
+            // The first page header of row group 5's first chunk overwritten.
+            let md = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap().metadata().clone();
+            let start = md.row_group(5).column(0).byte_range().0 as usize;
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[start..start + 24].fill(0xFF);
+            let bad = dir.path().join("groups_bad.parquet");
+            std::fs::write(&bad, &bytes).unwrap();
+            let single = read_parquet_to_device(&bad, &ReadOptions::new().with_overlap_groups(1)).expect_err("a corrupt header");
+            let grouped = read_parquet_to_device(&bad, &ReadOptions::new().with_overlap_groups(4)).expect_err("a corrupt header");
+            assert!(matches!(grouped, Error::CorruptPage { row_group: 5, .. }), "{grouped}");
+            assert_eq!(grouped.to_string(), single.to_string());
+            // The device is fine for the next read.
+            assert_same(&path, &ReadOptions::new().with_overlap_groups(3));
+        }
+    }
 }

@@ -360,3 +360,37 @@ fn row_windows_plan_only_the_pages_holding_their_rows() {
     assert!(cut.chunks().iter().all(|c| c.resume.is_none() && c.num_rows == 2000 && c.first_row == 0));
     assert_eq!(cut.lead_rows(), &[150; 4]);
 }
+
+#[test]
+fn plans_split_into_runs_of_row_groups_that_add_up_to_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    // 10 row groups of 1,000 rows.
+    let path = common::write_sample(&dir.path().join("ten.parquet"), 10_000, 1_000, Compression::SNAPPY);
+    let options = ReadOptions::new();
+    let plan = ReadPlan::new(&path, &options).unwrap();
+    let key = |p: &ReadPlan| p.chunks().iter().map(|c| (c.row_group, c.column, c.leaf, c.file_offset, c.len)).collect::<Vec<_>>();
+    for groups in [2, 3, 4, 10, 50] {
+        let parts = plan.split_row_groups(groups, &options.io).unwrap();
+        assert_eq!(parts.len(), groups.min(10), "{groups} groups");
+        // In order, without gaps or overlaps: the runs' chunks are the plan's.
+        assert_eq!(parts.iter().flat_map(key).collect::<Vec<_>>(), key(&plan));
+        assert_eq!(parts.iter().map(|p| p.num_rows()).sum::<u64>(), plan.num_rows());
+        for p in &parts {
+            assert!(!p.chunks().is_empty());
+            let requested: u64 = p.chunks().iter().map(|c| c.len).sum();
+            assert_eq!(p.io().bytes_requested, requested, "each run has its own IO layout");
+            assert!(p.chunks().iter().all(|c| c.device_offset + c.len <= p.io().device_bytes));
+        }
+        // About equal bytes: no run more than twice the mean plus a row group.
+        let mean = plan.chunk_bytes() / parts.len() as u64;
+        let rg = plan.chunk_bytes() / 10;
+        assert!(parts.iter().all(|p| p.chunk_bytes() <= 2 * mean + rg), "{groups}: {:?}", parts.iter().map(|p| p.chunk_bytes()).collect::<Vec<_>>());
+    }
+    // Nothing to split: one group asked for, or one row group.
+    assert_eq!(plan.split_row_groups(1, &options.io).unwrap().len(), 1);
+    let one = ReadPlan::new(&path, &ReadOptions::new().with_row_groups([4])).unwrap();
+    assert_eq!(one.split_row_groups(8, &options.io).unwrap().len(), 1);
+    // A plan cut to a row window is read in one go.
+    let window = plan.clone().with_row_window(1_500, 5_000, &options.io).unwrap();
+    assert_eq!(window.split_row_groups(4, &options.io).unwrap().len(), 1);
+}

@@ -285,30 +285,140 @@ fn check_value_counts(plan: &ReadPlan) -> Result<()> {
 /// decompressor, whether compressed pages pass the device's structural check
 /// before nvCOMP sees them, whether page checksums are verified.
 pub(crate) fn decode(chunks: &DeviceChunks, options: &ReadOptions) -> Result<Decoded> {
-    let (mode, check_pages) = (options.decompress, !options.skip_compressed_page_checks);
     let plan = chunks.plan();
     let recipes = column_recipes(plan)?;
-    // Columns read whole decode every row of the row groups; cut to a row
-    // window (`ReadPlan::lead_rows`) after.
-    let num_rows = usize::try_from(plan.group_rows)
-        .map_err(|_| unsupported(plan, 0, format!("{} rows do not fit this machine's address space", plan.group_rows)))?;
+    let prepared = prepare(chunks, &recipes, options)?;
+    finish(plan, &recipes, Pages::one(prepared), chunks.stream())
+}
 
+/// A group's pages parsed, checked and decompressed, ready to decode.
+pub(crate) struct Prepared {
+    table: PageTable,
+    dec: Decompressed,
+    page_headers: Duration,
+    decompress: Duration,
+    checksummed_pages: usize,
+}
+
+/// Stages 1 and 2 over `chunks`: page headers (checked against the footer
+/// and the decoders), checksums when asked, decompression. The chunks'
+/// stream is synchronized when this returns.
+pub(crate) fn prepare(chunks: &DeviceChunks, recipes: &[ColumnRecipes], options: &ReadOptions) -> Result<Prepared> {
+    let (mode, check_pages) = (options.decompress, !options.skip_compressed_page_checks);
+    let plan = chunks.plan();
     let t = Instant::now();
     let table = pages::read_page_headers(chunks)?;
-    check_encodings(plan, &table, &recipes)?;
+    check_encodings(plan, &table, recipes)?;
     check_value_counts(plan)?;
     let checksummed_pages = if options.verify_page_checksums { checksums::verify_page_checksums(chunks, &table)? } else { 0 };
     let page_headers = t.elapsed();
 
     let t = Instant::now();
     let dec = decompress::decompress(chunks, &table, mode, check_pages)?;
-    let decompress = t.elapsed();
-    let pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
+    Ok(Prepared { table, dec, page_headers, decompress: t.elapsed(), checksummed_pages })
+}
 
+/// The prepared pages of a whole plan: of one group, or of the consecutive
+/// groups of [`ReadPlan::split_row_groups`] joined (their page tables in
+/// one, chunk and page indices those of the whole plan).
+pub(crate) struct Pages {
+    table: PageTable,
+    /// Per page of `table`: (device address, bytes) of its decompressed bytes.
+    pages: Vec<(u64, u32)>,
+    /// What the addresses point into, freed after the decode.
+    _hold: Vec<Decompressed>,
+    page_headers: Duration,
+    decompress: Duration,
+    decompression: DecompressStats,
+    checksummed_pages: usize,
+}
+
+impl Pages {
+    /// One group's pages.
+    pub(crate) fn one(p: Prepared) -> Pages {
+        Pages {
+            pages: p.dec.pages.clone(),
+            decompression: p.dec.stats.clone(),
+            table: p.table,
+            _hold: vec![p.dec],
+            page_headers: p.page_headers,
+            decompress: p.decompress,
+            checksummed_pages: p.checksummed_pages,
+        }
+    }
+
+    /// Consecutive groups' pages joined, in order. Stage times add up (the
+    /// groups may have run at the same time).
+    pub(crate) fn join(parts: Vec<Prepared>) -> Pages {
+        let mut out = Pages {
+            table: PageTable::default(),
+            pages: Vec::new(),
+            _hold: Vec::with_capacity(parts.len()),
+            page_headers: Duration::ZERO,
+            decompress: Duration::ZERO,
+            decompression: DecompressStats::default(),
+            checksummed_pages: 0,
+        };
+        for p in parts {
+            let (page_base, chunk_base) = (out.table.pages.len(), out.table.chunks.len() as u32);
+            out.table.pages.extend(p.table.pages.iter().map(|info| {
+                let mut info = *info;
+                info.chunk += chunk_base;
+                info
+            }));
+            out.table.chunks.extend(p.table.chunks.iter().map(|c| pages::ChunkPages {
+                dictionary: c.dictionary.map(|d| d + page_base),
+                data: c.data.iter().map(|d| d + page_base).collect(),
+                first: c.first + page_base,
+                resumed: c.resumed.map(|(at, n)| (at + page_base, n)),
+            }));
+            out.pages.extend_from_slice(&p.dec.pages);
+            let (d, s) = (&mut out.decompression, &p.dec.stats);
+            d.gpu_pages += s.gpu_pages;
+            d.cpu_pages += s.cpu_pages;
+            d.compressed_bytes += s.compressed_bytes;
+            d.decompressed_bytes += s.decompressed_bytes;
+            d.check_rejected += s.check_rejected;
+            d.isolated_pages += s.isolated_pages;
+            if d.nvcomp_version.is_none() {
+                d.nvcomp_version.clone_from(&s.nvcomp_version);
+            }
+            if d.fallback.is_none() {
+                d.fallback.clone_from(&s.fallback);
+            }
+            out.page_headers += p.page_headers;
+            out.decompress += p.decompress;
+            out.checksummed_pages += p.checksummed_pages;
+            out._hold.push(p.dec);
+        }
+        out
+    }
+}
+
+/// Stage 3 over a whole plan's prepared pages, on `stream` (which must be
+/// ordered after the work that prepared them: their streams synchronized).
+pub(crate) fn finish(plan: &ReadPlan, recipes: &[ColumnRecipes], prepared: Pages, stream: &std::sync::Arc<crate::cuda::GpuStream>) -> Result<Decoded> {
+    // Columns read whole decode every row of the row groups; cut to a row
+    // window (`ReadPlan::lead_rows`) after.
+    let num_rows = usize::try_from(plan.group_rows)
+        .map_err(|_| unsupported(plan, 0, format!("{} rows do not fit this machine's address space", plan.group_rows)))?;
+    let table = &prepared.table;
+    if table.chunks.len() != plan.chunks.len() {
+        return Err(Error::Internal(format!("{} chunks of pages for a plan of {}", table.chunks.len(), plan.chunks.len())));
+    }
+    let pages = table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count();
     let t = Instant::now();
-    let leaves = values::decode_columns(plan, &table, &dec, &recipes, chunks.stream())?;
-    let columns = assemble(plan, &recipes, leaves, num_rows, chunks.stream())?;
-    Ok(Decoded { columns, page_headers, decompress, decode: t.elapsed(), decompression: dec.stats.clone(), pages, checksummed_pages })
+    let leaves = values::decode_columns(plan, table, &prepared.pages, recipes, stream)?;
+    let columns = assemble(plan, recipes, leaves, num_rows, stream)?;
+    Ok(Decoded {
+        columns,
+        page_headers: prepared.page_headers,
+        decompress: prepared.decompress,
+        decode: t.elapsed(),
+        decompression: prepared.decompression.clone(),
+        pages,
+        checksummed_pages: prepared.checksummed_pages,
+    })
 }
 
 /// Columns from leaf outputs: flat leaves as they are, nested columns through `nesting`.
@@ -426,7 +536,7 @@ pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompres
     let recipes = column_recipes(plan)?;
     check_encodings(plan, table, &recipes)?;
     check_value_counts(plan)?;
-    let leaves = values::decode_columns(plan, table, pages, &recipes, chunks.stream())?;
+    let leaves = values::decode_columns(plan, table, &pages.pages, &recipes, chunks.stream())?;
     assemble(plan, &recipes, leaves, plan.group_rows as usize, chunks.stream())
 }
 

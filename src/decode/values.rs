@@ -21,7 +21,6 @@ use crate::gpu::status::corrupt_kind;
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::plan::ReadPlan;
 
-use super::decompress::Decompressed;
 use super::descriptors::{ColumnDesc, DictDesc, PageDesc, PageInfo, levels, page_type};
 use super::pages::{PageTable, corrupt};
 use super::types::{ColumnRecipe, Family};
@@ -117,7 +116,7 @@ struct KernelColumn<'a> {
 pub(crate) fn decode_columns(
     plan: &ReadPlan,
     table: &PageTable,
-    dec: &Decompressed,
+    dec_pages: &[(u64, u32)],
     recipes: &[ColumnRecipes],
     stream: &Arc<GpuStream>,
 ) -> Result<Vec<LeafOutput>> {
@@ -242,7 +241,7 @@ pub(crate) fn decode_columns(
             let count = table.pages[d].num_values as u64;
             // Each entry takes at least its 4-byte length: a header claiming
             // more entries than that must not size the entry table.
-            let size = dec.pages[d].1 as u64;
+            let size = dec_pages[d].1 as u64;
             if count > size / 4 {
                 return Err(corrupt(
                     plan,
@@ -254,7 +253,7 @@ pub(crate) fn decode_columns(
             }
             dict_entry_offset[ci] = Some(entries_len);
             entries_len += 8 * count;
-            let (data, size) = dec.pages[d];
+            let (data, size) = dec_pages[d];
             dict_descs.push(DictDesc { data, entries: 0, size, count: count as u32, status: 0, pad: 0 });
             dict_origin.push(ci);
         }
@@ -294,7 +293,7 @@ pub(crate) fn decode_columns(
         let (dict, dict_data, dict_count) = match ch.dictionary {
             None => (0, 0, 0),
             Some(d) => {
-                let (ptr, size) = dec.pages[d];
+                let (ptr, size) = dec_pages[d];
                 let count = table.pages[d].num_values as u32;
                 match r.family {
                     Family::Strings | Family::BytesDecimal => {
@@ -317,7 +316,7 @@ pub(crate) fn decode_columns(
         };
         for &pi in &ch.data {
             let p = &table.pages[pi];
-            let (data, size) = dec.pages[pi];
+            let (data, size) = dec_pages[pi];
             let desc = PageDesc {
                 data,
                 dict,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::cuda::{ContextKey, DeviceBuffer, GpuContext, GpuEvent, GpuStream, PinnedBuffer};
 use crate::error::{Error, Result};
 use crate::options::IO_ALIGNMENT;
-use crate::plan::IoLayout;
+use crate::plan::{IoLayout, IoTask};
 
 /// One worker's staging resources.
 struct StagingSlot {
@@ -92,29 +92,69 @@ pub(crate) fn read(
     task_size: u64,
     direct: bool,
 ) -> Result<u64> {
-    if layout.tasks.is_empty() {
+    read_jobs(ctx, path, &[Job { layout, dst: dst.ptr(), dst_len: dst.len() }], threads, task_size, direct, &|_| {})
+}
+
+/// One layout's tasks and the device memory they land in.
+pub(crate) struct Job<'a> {
+    pub layout: &'a IoLayout,
+    /// Address and length of the device buffer; it must stay allocated
+    /// until the job is reported done (or the read returns).
+    pub dst: u64,
+    pub dst_len: u64,
+}
+
+/// Reads the tasks of every job, in job order, through one set of workers
+/// (no pause between jobs); calls `done(j)` as soon as every byte of job `j`
+/// is in device memory (from a worker thread, at most once per job, never
+/// after a failure). Returns the bytes read.
+pub(crate) fn read_jobs(
+    ctx: &Arc<GpuContext>,
+    path: &Path,
+    jobs: &[Job<'_>],
+    threads: usize,
+    task_size: u64,
+    direct: bool,
+    done: &(dyn Fn(usize) + Sync),
+) -> Result<u64> {
+    // Every task as (job, task), in job order.
+    let tasks: Vec<(usize, &IoTask)> = jobs.iter().enumerate().flat_map(|(j, job)| job.layout.tasks.iter().map(move |t| (j, t))).collect();
+    for (j, job) in jobs.iter().enumerate() {
+        if job.layout.tasks.is_empty() {
+            done(j);
+        }
+    }
+    if tasks.is_empty() {
         return Ok(0);
     }
-    let max_task = layout.tasks.iter().map(|t| t.len).max().unwrap_or(0).max(task_size);
+    let max_task = tasks.iter().map(|(_, t)| t.len).max().unwrap_or(0).max(task_size);
     let slot_size = max_task.div_ceil(IO_ALIGNMENT) * IO_ALIGNMENT;
     let file = open(path, direct)?;
-    let mut slots = take_slots(ctx, threads, slot_size as usize)?;
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let bytes_read = AtomicU64::new(0);
+    let mut slots = take_slots(ctx, threads.min(tasks.len()).max(1), slot_size as usize)?;
+    let progress = Progress {
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        left: jobs.iter().map(|j| AtomicUsize::new(j.layout.tasks.len())).collect(),
+        bytes: jobs.iter().map(|_| AtomicU64::new(0)).collect(),
+        done,
+    };
 
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let handles: Vec<_> = slots
             .iter_mut()
             .map(|slot| {
-                let (file, next, failed, bytes_read) = (&file, &next, &failed, &bytes_read);
+                let (file, tasks, progress) = (&file, &tasks, &progress);
                 scope.spawn(move || {
-                    let r = worker(ctx, path, file, layout, dst, slot, next, failed, bytes_read, direct);
+                    let mut pending: [Option<usize>; 2] = [None, None];
+                    let r = worker(ctx, path, file, tasks, jobs, slot, progress, &mut pending, direct);
                     if r.is_err() {
-                        failed.store(true, Ordering::Relaxed);
+                        progress.failed.store(true, Ordering::Relaxed);
                     }
                     // Whatever happened, nothing may still be copying out of the slot.
                     let synced = slot.stream.synchronize();
+                    if r.is_ok() && synced.is_ok() {
+                        pending.iter().flatten().for_each(|&j| progress.finish_task(j, jobs));
+                    }
                     r.and(synced)
                 })
             })
@@ -123,7 +163,32 @@ pub(crate) fn read(
     });
     return_slots(ctx, slots);
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(bytes_read.into_inner())
+    Ok(progress.bytes.iter().map(|b| b.load(Ordering::Relaxed)).sum())
+}
+
+/// What the workers of one read share.
+struct Progress<'a> {
+    /// The next task to take.
+    next: AtomicUsize,
+    failed: AtomicBool,
+    /// Per job: tasks not yet known to be in device memory.
+    left: Vec<AtomicUsize>,
+    /// Per job: bytes read from the file.
+    bytes: Vec<AtomicU64>,
+    done: &'a (dyn Fn(usize) + Sync),
+}
+
+impl Progress<'_> {
+    /// Notes that one of job `j`'s copies has completed; the last one
+    /// reports the job done, if its bytes are all there.
+    fn finish_task(&self, j: usize, jobs: &[Job<'_>]) {
+        if self.left[j].fetch_sub(1, Ordering::AcqRel) == 1
+            && !self.failed.load(Ordering::Relaxed)
+            && self.bytes[j].load(Ordering::Acquire) == jobs[j].layout.bytes_read
+        {
+            (self.done)(j);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -131,35 +196,50 @@ fn worker(
     ctx: &GpuContext,
     path: &Path,
     file: &File,
-    layout: &IoLayout,
-    dst: &DeviceBuffer,
+    tasks: &[(usize, &IoTask)],
+    jobs: &[Job<'_>],
     slot: &mut StagingSlot,
-    next: &AtomicUsize,
-    failed: &AtomicBool,
-    bytes_read: &AtomicU64,
+    progress: &Progress<'_>,
+    pending: &mut [Option<usize>; 2],
     direct: bool,
 ) -> Result<()> {
     ctx.bind()?;
     let mut turn = 0usize;
     loop {
-        if failed.load(Ordering::Relaxed) {
+        if progress.failed.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(task) = layout.tasks.get(i) else { return Ok(()) };
+        let i = progress.next.fetch_add(1, Ordering::Relaxed);
+        let Some(&(j, task)) = tasks.get(i) else { return Ok(()) };
         let b = turn % 2;
         turn += 1;
         slot.events[b].synchronize()?;
+        if let Some(earlier) = pending[b].take() {
+            progress.finish_task(earlier, jobs);
+        }
         let len = task.len as usize;
         // O_DIRECT wants whole blocks; the tail of the file comes back short.
         let want = if direct { len.div_ceil(IO_ALIGNMENT as usize) * IO_ALIGNMENT as usize } else { len };
         let buf = &mut slot.buffers[b].as_mut_slice()[..want];
         let got = super::pread_full(file, path, buf, task.file_offset, len)?;
-        bytes_read.fetch_add(got.min(len) as u64, Ordering::Relaxed);
-        debug_assert!(task.device_offset + task.len <= dst.len());
+        progress.bytes[j].fetch_add(got.min(len) as u64, Ordering::Release);
+        let dst = &jobs[j];
+        if task.device_offset + task.len > dst.dst_len {
+            return Err(Error::Internal(format!("an IO task ends at {} of a {}-byte buffer", task.device_offset + task.len, dst.dst_len)));
+        }
         // SAFETY: the source stays untouched until events[b] completes; the
-        // destination range lies inside `dst`, which outlives the scope.
-        unsafe { slot.stream.copy_htod_async(dst.ptr() + task.device_offset, buf.as_ptr(), len)? };
+        // destination range lies inside the job's buffer, which stays
+        // allocated until the job is reported done.
+        unsafe { slot.stream.copy_htod_async(dst.dst + task.device_offset, buf.as_ptr(), len)? };
         slot.events[b].record(&slot.stream)?;
+        pending[b] = Some(j);
+        // The other buffer's copy was queued a read ago and has most likely
+        // finished: noting it now tells its job's reader without waiting
+        // for this buffer's turn to come round again.
+        if let Some(earlier) = pending[1 - b] {
+            slot.events[1 - b].synchronize()?;
+            pending[1 - b] = None;
+            progress.finish_task(earlier, jobs);
+        }
     }
 }

@@ -14,6 +14,8 @@
 //! logged and reported in [`IoStats`]. Forcing a path that is not available is
 //! an error, never a silent fallback. The result is [`DeviceChunks`]: the plan
 //! and the device buffer that holds every chunk where the plan says.
+//! [`read_chunk_groups`] reads several plans of one file through one
+//! pipeline, handing each plan's chunks out as soon as they are in.
 
 mod bounce;
 pub mod cufile;
@@ -28,7 +30,7 @@ use tracing::info;
 use crate::cuda::{DeviceBuffer, GpuStream};
 use crate::error::{Error, Result};
 use crate::options::{IoOptions, IoPath};
-use crate::plan::ReadPlan;
+use crate::plan::{IoLayout, ReadPlan};
 use crate::stats::IoStats;
 
 pub use probe::{IoProbe, probe};
@@ -138,6 +140,101 @@ pub fn read_chunks(plan: ReadPlan, plan_time: Duration, stream: &Arc<GpuStream>,
         "IO done"
     );
     Ok(DeviceChunks { plan, buffer, io, plan_time, stream: stream.clone() })
+}
+
+/// Reads the chunks of several plans of one file (the runs of
+/// [`ReadPlan::split_row_groups`]), in order, through one IO pipeline: each
+/// plan into a device buffer of its own, allocated on its stream
+/// (`streams[i]` for `plans[i]`). Each plan's [`DeviceChunks`] goes to
+/// `ready` with the plan's index as soon as its bytes are in device memory (called on an IO
+/// thread), while the later plans' bytes are still being read, so that the
+/// GPU can work on it meanwhile. A plan whose IO failed is never handed
+/// out. Returns the IO statistics of the whole read.
+pub fn read_chunk_groups(
+    plans: Vec<ReadPlan>,
+    streams: &[Arc<GpuStream>],
+    options: &IoOptions,
+    ready: &(dyn Fn(usize, DeviceChunks) + Sync),
+) -> Result<IoStats> {
+    let Some(first) = plans.first() else { return Err(Error::Internal("no plans to read".into())) };
+    if streams.len() != plans.len() {
+        return Err(Error::Internal(format!("{} plans with {} streams", plans.len(), streams.len())));
+    }
+    let path = first.path.clone();
+    let (io_path, reason) = resolve_path(options)?;
+    let all_tasks: usize = plans.iter().map(|p| p.io.tasks.len()).sum();
+    let threads = options.resolved_threads()?.min(all_tasks.max(1));
+    let ctx = streams[0].context().clone();
+    let t0 = Instant::now();
+    let layouts: Vec<IoLayout> = plans.iter().map(|p| p.io.clone()).collect();
+    let mut buffers = Vec::with_capacity(plans.len());
+    for (p, stream) in plans.iter().zip(streams) {
+        buffers.push(match io_path {
+            IoPath::Bounce => DeviceBuffer::alloc(stream, p.io.device_bytes, "column chunks")?,
+            _ => DeviceBuffer::alloc_plain_for(stream, p.io.device_bytes, "column chunks")?,
+        });
+    }
+    for stream in streams {
+        stream.synchronize()?;
+    }
+    let targets: Vec<(u64, u64)> = buffers.iter().map(|b| (b.ptr(), b.len())).collect();
+    let slots: Vec<std::sync::Mutex<Option<(ReadPlan, DeviceBuffer)>>> =
+        plans.into_iter().zip(buffers).map(|pb| std::sync::Mutex::new(Some(pb))).collect();
+    let direct = match io_path {
+        IoPath::Bounce => options.direct,
+        IoPath::Gds => true,
+        _ => false,
+    };
+    let stats_of = |layout: &IoLayout, bytes_read: u64| IoStats {
+        path: io_path,
+        bytes_requested: layout.bytes_requested,
+        bytes_read,
+        wall: t0.elapsed(),
+        threads,
+        tasks: layout.tasks.len(),
+        direct,
+        reason: reason.clone(),
+    };
+    let hand_out = |j: usize| {
+        let taken = slots[j].lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((plan, buffer)) = taken {
+            let io = stats_of(&plan.io, plan.io.bytes_read);
+            ready(j, DeviceChunks { plan, buffer, io, plan_time: Duration::ZERO, stream: streams[j].clone() });
+        }
+    };
+    let bytes_read = match io_path {
+        IoPath::Bounce => {
+            let jobs: Vec<bounce::Job> =
+                layouts.iter().zip(&targets).map(|(layout, &(dst, dst_len))| bounce::Job { layout, dst, dst_len }).collect();
+            bounce::read_jobs(&ctx, &path, &jobs, threads, options.resolved_task_size()?, options.direct, &hand_out)?
+        }
+        IoPath::Gds | IoPath::CufileCompat => {
+            let mode = if io_path == IoPath::Gds { cufile::Mode::Gds } else { cufile::Mode::Compat };
+            let mut total = 0u64;
+            for (j, layout) in layouts.iter().enumerate() {
+                let n = {
+                    let guard = slots[j].lock().unwrap_or_else(|p| p.into_inner());
+                    let (_, buffer) = guard.as_ref().ok_or_else(|| Error::Internal("a group was handed out before its IO".into()))?;
+                    cufile::read(&ctx, &path, layout, buffer, threads, mode)?
+                };
+                if n != layout.bytes_read {
+                    return Err(Error::Internal(format!("IO read {n} bytes of {}, the plan has {}", path.display(), layout.bytes_read)));
+                }
+                total += n;
+                hand_out(j);
+            }
+            total
+        }
+        IoPath::Auto => return Err(Error::Internal("resolve_path returned auto".into())),
+    };
+    let requested: u64 = layouts.iter().map(|l| l.bytes_requested).sum();
+    let expected: u64 = layouts.iter().map(|l| l.bytes_read).sum();
+    if bytes_read != expected {
+        return Err(Error::Internal(format!("IO read {bytes_read} bytes of {}, the plans have {expected}", path.display())));
+    }
+    let io = IoStats { path: io_path, bytes_requested: requested, bytes_read, wall: t0.elapsed(), threads, tasks: all_tasks, direct, reason };
+    info!(path = %io.path, bytes = io.bytes_read, ms = io.wall.as_secs_f64() * 1e3, gbps = io.throughput() / 1e9, threads, groups = layouts.len(), "IO done");
+    Ok(io)
 }
 
 /// Reads `buf.len()` bytes at `offset`, retrying short reads; end of file

@@ -16,6 +16,7 @@ pub mod columns;
 pub mod footer;
 pub(crate) mod nesting;
 pub mod ranges;
+mod split;
 mod window;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! The read entry points: plan, IO, decode and device Arrow columns tied
 //! together, with the read's statistics assembled from each stage's report.
-//! [`read_parquet_to_device`] reads a selection in one pass; `batches`
+//! [`read_parquet_to_device`] reads a selection in one pass; a large one as
+//! groups of row groups whose IO, page headers and decompression overlap
+//! (see [`ReadOptions::overlap_groups`]), decoded together; `batches`
 //! ([`DeviceReaderBuilder`]) reads it as a sequence of device tables, each a
 //! pass over a few row groups, bounded in rows and device memory, the IO of
 //! the next pass overlapping the decode of the current one.
@@ -19,11 +21,11 @@ use tracing::warn;
 use crate::arrow::{DeviceColumn, DeviceTable};
 use crate::cuda::{GpuContext, GpuStream, MemoryBudget};
 use crate::error::{Error, Result};
-use crate::io::{DeviceChunks, read_chunks};
+use crate::io::{DeviceChunks, read_chunk_groups, read_chunks};
 use crate::options::{DecompressMode, ReadOptions};
 use crate::plan::{Footer, ReadPlan};
 use crate::gpu::Kernels;
-use crate::stats::{ReadStats, SetupStats};
+use crate::stats::{OverlapStats, ReadStats, SetupStats};
 
 /// Plans a read of `path` and moves its column-chunk bytes into device
 /// memory, without decoding them.
@@ -158,18 +160,114 @@ fn after_nvcomp_hang(e: Error) -> Error {
 }
 
 fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: &Arc<GpuStream>, options: &ReadOptions) -> Result<DeviceTable> {
+    let groups = options.resolved_overlap_groups(plan.chunk_bytes());
+    if groups > 1 {
+        let parts = plan.split_row_groups(groups, &options.io)?;
+        if parts.len() > 1 {
+            return read_overlapped(plan, parts, plan_time, t0, stream, options);
+        }
+    }
     let chunks = read_chunks(plan, plan_time, stream, &options.io)?;
     decode_chunks(&chunks, t0, options)
+}
+
+/// Reads `plan` as its consecutive `parts` (see
+/// [`ReadPlan::split_row_groups`]): one IO pipeline moves the parts' chunks
+/// in order, each part's page headers and decompression run on a stream and
+/// thread of their own as soon as its bytes are in (beside the IO of the
+/// parts after it), and the values of all parts are decoded together on
+/// `stream`, as one read of `plan` would decode them.
+fn read_overlapped(
+    plan: ReadPlan,
+    parts: Vec<ReadPlan>,
+    plan_time: std::time::Duration,
+    t0: Instant,
+    stream: &Arc<GpuStream>,
+    options: &ReadOptions,
+) -> Result<DeviceTable> {
+    let recipes = crate::decode::column_recipes(&plan)?;
+    let ctx = stream.context().clone();
+    let n = parts.len();
+    let streams = (0..n).map(|_| ctx.new_stream_with_budget(stream.budget().cloned())).collect::<Result<Vec<_>>>()?;
+    type Prepared = (DeviceChunks, Result<crate::decode::Prepared>, Instant);
+    let (io, prepared, io_end) = std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, DeviceChunks)>();
+        let streams = &streams;
+        let io = s.spawn(move || read_chunk_groups(parts, streams, &options.io, &|j, chunks| drop(tx.send((j, chunks)))));
+        let mut workers = Vec::with_capacity(n);
+        let recipes = &recipes;
+        for (j, chunks) in rx {
+            let ctx = ctx.clone();
+            workers.push((
+                j,
+                s.spawn(move || -> Prepared {
+                    let prepared = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
+                        chunks.stream().synchronize()?;
+                        Ok(p)
+                    });
+                    (chunks, prepared, Instant::now())
+                }),
+            ));
+        }
+        let io = io.join().unwrap_or_else(|p| Err(Error::worker_panicked("overlapped IO", p)));
+        let io_end = Instant::now();
+        workers.sort_by_key(|(j, _)| *j);
+        let prepared: Vec<Result<Prepared>> =
+            workers.into_iter().map(|(_, h)| h.join().map_err(|p| Error::worker_panicked("page preparation", p))).collect();
+        (io, prepared, io_end)
+    });
+    let io = io?;
+    if prepared.len() != n {
+        return Err(Error::Internal(format!("{} of {n} groups were read", prepared.len())));
+    }
+    let mut held = Vec::with_capacity(n);
+    let mut parts = Vec::with_capacity(n);
+    let mut errors = Vec::new();
+    let mut last = io_end;
+    for p in prepared {
+        match p {
+            Ok((chunks, Ok(p), end)) => {
+                parts.push(p);
+                held.push(chunks);
+                last = last.max(end);
+            }
+            Ok((_, Err(e), _)) | Err(e) => errors.push(e),
+        }
+    }
+    // The first group's error, unless one group made nvCOMP hang: then the
+    // others failed because the context went with it, and the hang is what
+    // the caller recovers from.
+    if !errors.is_empty() {
+        let hung = errors.iter().position(|e| matches!(e, Error::GpuContextLost { call: crate::cuda::DEADLINE, .. }));
+        return Err(errors.swap_remove(hung.unwrap_or(0)));
+    }
+    let after_io = last.saturating_duration_since(io_end);
+    let decoded = crate::decode::finish(&plan, &recipes, crate::decode::Pages::join(parts), stream)?;
+    drop(held);
+    let overlap = Some(OverlapStats { groups: n, after_io });
+    table_of(&plan, decoded, io, plan_time, t0, overlap)
 }
 
 /// Decodes chunks already in device memory into a table whose statistics
 /// count from `t0`.
 fn decode_chunks(chunks: &DeviceChunks, t0: Instant, options: &ReadOptions) -> Result<DeviceTable> {
     let decoded = crate::decode::decode(chunks, options)?;
+    table_of(chunks.plan(), decoded, chunks.io().clone(), chunks.plan_time(), t0, None)
+}
+
+/// The table of a read of `plan`, its statistics counted from `t0`.
+fn table_of(
+    plan: &ReadPlan,
+    decoded: crate::decode::Decoded,
+    io: crate::stats::IoStats,
+    plan_time: std::time::Duration,
+    t0: Instant,
+    overlap: Option<OverlapStats>,
+) -> Result<DeviceTable> {
     let stats = ReadStats {
         setup: SetupStats::default(),
-        io: Some(chunks.io().clone()),
-        plan: chunks.plan_time(),
+        io: Some(io),
+        plan: plan_time,
         page_headers: decoded.page_headers,
         decompress: decoded.decompress,
         decode: decoded.decode,
@@ -178,8 +276,8 @@ fn decode_chunks(chunks: &DeviceChunks, t0: Instant, options: &ReadOptions) -> R
         pages: decoded.pages,
         decoded_bytes: 0,
         checksummed_pages: decoded.checksummed_pages,
+        overlap,
     };
-    let plan = chunks.plan();
     let rows = usize::try_from(plan.num_rows()).map_err(|_| crate::Error::Internal("row count overflow".into()))?;
     // Each column to the plan's rows (a row window's cut: no copy).
     let mut columns = Vec::with_capacity(decoded.columns.len());

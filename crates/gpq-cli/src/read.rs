@@ -54,6 +54,11 @@ pub struct ReadArgs {
     /// Read at most this many rows, through the batch reader.
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Split a whole read into this many groups of row groups whose IO, page
+    /// headers and decompression overlap (1: none; default: chosen from the
+    /// read's size).
+    #[arg(long)]
+    pub groups: Option<usize>,
 }
 
 fn parse_row_range(s: &str) -> Result<(u64, u64), String> {
@@ -77,6 +82,9 @@ pub fn options_from(args: &ReadArgs) -> gpq::Result<ReadOptions> {
     }
     if let Some(r) = &args.row_groups {
         o = o.with_row_groups(r.iter().copied());
+    }
+    if let Some(g) = args.groups {
+        o = o.with_overlap_groups(g);
     }
     Ok(o)
 }
@@ -172,6 +180,13 @@ fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
             "  stages (ms):   plan {:.2} | io {:.2} | page headers {:.2} | decompress {:.2} | decode {:.2} | total {:.2}",
             ms(s.plan), ms(io.wall), ms(s.page_headers), ms(s.decompress), ms(s.decode), ms(s.total)
         );
+        if let Some(o) = &s.overlap {
+            println!(
+                "  overlap:       {} groups; page headers and decompress (summed over the groups) ran beside the IO, {:.2} ms past its end",
+                o.groups,
+                ms(o.after_io)
+            );
+        }
         println!(
             "  throughput:    {:.2} GB/s of file bytes, {:.2} GB/s decoded ({} in, {} out; median of {})",
             io.bytes_read as f64 / med / 1e9,
