@@ -19,6 +19,7 @@
 //! | `GPQ_NVCOMP_WORKER` | path of the `gpq-nvcomp-worker` executable that runs nvCOMP on unchecked (ZSTD, GZIP) pages in a process of its own; `off` turns it off | beside the running executable or in its parent folder |
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
+//! | `GPQ_FOOTER_CACHE=0` | decode every file's footer on every read, instead of keeping decoded footers for the next read of a file whose footer bytes are unchanged (see [`crate::clear_footer_cache`]) | on |
 //!
 //! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
 //! configuration file) is set: then it leaves cuFile's settings alone. The
@@ -172,6 +173,12 @@ pub(crate) fn cufile_lib() -> Option<String> {
 /// `GPQ_PINNED_HOST_BYTES`, if set and valid.
 pub(crate) fn pinned_host_bytes() -> Option<u64> {
     var("GPQ_PINNED_HOST_BYTES").and_then(|v| parse_size(&v))
+}
+
+/// Whether decoded footers are kept for later reads (`GPQ_FOOTER_CACHE`,
+/// on unless set to a false value).
+pub(crate) fn footer_cache() -> bool {
+    !matches!(flag("GPQ_FOOTER_CACHE"), Ok(Some(false)))
 }
 
 /// Whether `GPQ_EMULATE=1` asks for the CPU emulator.

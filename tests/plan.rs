@@ -394,3 +394,32 @@ fn plans_split_into_runs_of_row_groups_that_add_up_to_the_plan() {
     let window = plan.clone().with_row_window(1_500, 5_000, &options.io).unwrap();
     assert_eq!(window.split_row_groups(4, &options.io).unwrap().len(), 1);
 }
+
+#[test]
+fn decoded_footers_are_kept_while_their_bytes_are_unchanged() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let first = gpq::read_footer(&path).unwrap();
+    let again = gpq::read_footer(&path).unwrap();
+    assert!(Arc::ptr_eq(&first.metadata, &again.metadata), "the second read reuses the decoded footer");
+    assert!(gpq::cached_footers() >= 1);
+    // Rewritten in place at once, same size, one byte of the footer changed
+    // (the writer's name): decoded anew, and what the new bytes say.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(10).rposition(|w| w == b"parquet-rs").expect("the writer's name is in the footer");
+    bytes[at] = b'P';
+    std::fs::write(&path, &bytes).unwrap();
+    let changed = gpq::read_footer(&path).unwrap();
+    assert!(!Arc::ptr_eq(&first.metadata, &changed.metadata));
+    assert!(changed.metadata.file_metadata().created_by().unwrap().starts_with("Parquet-rs"));
+    // Footers read with their page index are decoded each time.
+    let a = gpq::read_footer_with_page_index(&path).unwrap();
+    let b = gpq::read_footer_with_page_index(&path).unwrap();
+    assert!(!Arc::ptr_eq(&a.metadata, &b.metadata));
+    // Emptied: the next read decodes again.
+    let kept = gpq::read_footer(&path).unwrap();
+    gpq::clear_footer_cache();
+    let fresh = gpq::read_footer(&path).unwrap();
+    assert!(!Arc::ptr_eq(&kept.metadata, &fresh.metadata));
+}

@@ -13,6 +13,9 @@
 //! file's metadata runs under `catch_parquet_panic`, so a panic there (the
 //! crate and arrow-ipc assert on some malformed values) becomes an
 //! [`Error::Metadata`] naming the file.
+//!
+//! A footer decoded once is kept for the next read of the same file, as
+//! long as its bytes are the same (`cache`).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -104,9 +107,14 @@ pub(crate) fn metadata_error(path: &Path, message: impl Into<String>) -> Error {
 fn read_footer_impl(path: &Path, page_index: bool) -> Result<Footer> {
     let open_err = |source| Error::Open { file: path.to_path_buf(), source };
     let mut file = File::open(path).map_err(open_err)?;
-    let file_size = file.metadata().map_err(open_err)?.len();
+    let meta = file.metadata().map_err(open_err)?;
+    let file_size = meta.len();
     check_magic(path, &mut file, file_size)?;
     let (footer_start, footer) = read_footer_bytes(path, &mut file, file_size)?;
+    let id = super::cache::FileId::of(&meta);
+    if !page_index && let Some(metadata) = super::cache::get(id, &footer) {
+        return Ok(Footer { file_size, metadata });
+    }
 
     let walked = precheck::check(&footer, precheck::FILE_META_DATA)
         .map_err(|reason| metadata_error(path, format!("footer rejected before decoding: {reason}")))?;
@@ -130,8 +138,13 @@ fn read_footer_impl(path: &Path, page_index: bool) -> Result<Footer> {
                 Error::Metadata { file: path.to_path_buf(), source }
             }
         })?;
-    let metadata = if page_index { with_page_index(path, &file, metadata, footer_start) } else { metadata };
-    Ok(Footer { file_size, metadata: Arc::new(metadata) })
+    if page_index {
+        let metadata = with_page_index(path, &file, metadata, footer_start);
+        return Ok(Footer { file_size, metadata: Arc::new(metadata) });
+    }
+    let metadata = Arc::new(metadata);
+    super::cache::put(id, &footer, &metadata);
+    Ok(Footer { file_size, metadata })
 }
 
 /// Reads the footer's Thrift bytes; returns them with the offset they start at.

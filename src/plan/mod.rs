@@ -12,6 +12,7 @@
 //! overflow), and a failed check is an [`Error`](crate::Error) naming the
 //! file, row group and column: the footer is untrusted input.
 
+pub(crate) mod cache;
 pub mod columns;
 pub mod footer;
 pub(crate) mod nesting;
@@ -29,6 +30,7 @@ use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 pub(crate) use columns::arrow_schema_of;
 pub use columns::{LeafColumn, PlannedColumn};
 use footer::metadata_error;
+pub use cache::{cached_footers, clear_footer_cache};
 pub use footer::{Footer, read_footer, read_footer_with_page_index};
 pub use ranges::{IoLayout, IoRange, IoTask};
 
