@@ -729,20 +729,45 @@ fn parquet_testing_files(_ctx: &Arc<GpuContext>) {
 fn overlapped_groups(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let rows = matrix_rows(ctx);
-    for codec in [Compression::SNAPPY, Compression::ZSTD(ZstdLevel::try_new(1).unwrap()), Compression::UNCOMPRESSED] {
-        for v2 in [false, true] {
+    let zstd = Compression::ZSTD(ZstdLevel::try_new(1).unwrap());
+    // (codec, page v2, DELTA encodings: DELTA_BYTE_ARRAY strings and fixed-size binary, DELTA_LENGTH_BYTE_ARRAY, DELTA_BINARY_PACKED)
+    let variants = [
+        (Compression::SNAPPY, false, false),
+        (Compression::SNAPPY, true, false),
+        (zstd, false, false),
+        (zstd, true, false),
+        (Compression::UNCOMPRESSED, false, false),
+        (Compression::UNCOMPRESSED, true, false),
+        (Compression::SNAPPY, false, true),
+        (zstd, true, true),
+    ];
+    for (codec, v2, delta) in variants {
+        {
             let mut cols = columns(rows, Nulls::Some, 7);
             cols.extend(nested_columns(rows, Nulls::Some, 8));
             let schema = Arc::new(Schema::new(cols.iter().map(|c| c.0.clone()).collect::<Vec<_>>()));
             let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect()).unwrap();
-            let props = WriterProperties::builder()
+            let mut props = WriterProperties::builder()
                 .set_compression(codec)
                 .set_writer_version(if v2 { WriterVersion::PARQUET_2_0 } else { WriterVersion::PARQUET_1_0 })
                 .set_max_row_group_row_count(Some(rows / 7 + 1))
                 .set_data_page_row_count_limit(97)
-                .set_write_batch_size(61)
-                .build();
-            let path = dir.path().join(format!("groups_{codec:?}_{v2}.parquet").replace(['(', ')', ' ', '{', '}', ':'], ""));
+                .set_write_batch_size(61);
+            if delta {
+                props = props.set_dictionary_enabled(false);
+                for (column, encoding) in [
+                    ("utf8_opt", Encoding::DELTA_BYTE_ARRAY),
+                    ("binary_opt", Encoding::DELTA_BYTE_ARRAY),
+                    ("fsb7_opt", Encoding::DELTA_BYTE_ARRAY),
+                    ("large_utf8_opt", Encoding::DELTA_LENGTH_BYTE_ARRAY),
+                    ("i32_opt", Encoding::DELTA_BINARY_PACKED),
+                    ("i64_opt", Encoding::DELTA_BINARY_PACKED),
+                ] {
+                    props = props.set_column_encoding(ColumnPath::from(column), encoding);
+                }
+            }
+            let props = props.build();
+            let path = dir.path().join(format!("groups_{codec:?}_{v2}_{delta}.parquet").replace(['(', ')', ' ', '{', '}', ':'], ""));
             let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
             w.write(&batch).unwrap();
             w.close().unwrap();

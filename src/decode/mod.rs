@@ -57,6 +57,7 @@ use pages::corrupt;
 use types::{ColumnRecipe, Family};
 
 pub use decompress::Decompressed;
+pub(crate) use values::GroupValues;
 pub use pages::PageTable;
 
 /// One decoded column's device buffers, in Arrow layout.
@@ -418,6 +419,59 @@ pub(crate) fn finish(plan: &ReadPlan, recipes: &[ColumnRecipes], prepared: Pages
         decompression: prepared.decompression.clone(),
         pages,
         checksummed_pages: prepared.checksummed_pages,
+    })
+}
+
+/// The outputs of a whole plan laid out for decoding it group by group
+/// ([`decode_group`]), allocated on `stream`. Which leaves get the prefix
+/// arrays of DELTA_BYTE_ARRAY pages follows the footer's list of encodings.
+pub(crate) fn group_layout<'r>(plan: &ReadPlan, recipes: &'r [ColumnRecipes], stream: &std::sync::Arc<crate::cuda::GpuStream>) -> Result<values::ValueLayout<'r>> {
+    values::ValueLayout::new(plan, recipes, values::delta_byte_array_leaves_of_footer(plan, recipes), stream)
+}
+
+/// Decodes the values of one group of `plan`'s chunks (from chunk
+/// `chunk_base` on, as `prepared` holds them) into `layout` on `stream`:
+/// all but the strings' characters. Returns what the last pass needs and
+/// the time taken, or `None` where the group has DELTA_BYTE_ARRAY pages its
+/// footer did not announce (then the plan is decoded in one pass instead).
+pub(crate) fn decode_group(
+    plan: &ReadPlan,
+    layout: &values::ValueLayout<'_>,
+    prepared: &Prepared,
+    chunk_base: usize,
+    stream: &std::sync::Arc<crate::cuda::GpuStream>,
+) -> Result<Option<(values::GroupValues, Duration)>> {
+    let t = Instant::now();
+    let group = layout.decode_group(plan, &prepared.table, &prepared.dec.pages, chunk_base, stream)?;
+    Ok(group.map(|g| (g, t.elapsed())))
+}
+
+/// The last pass of a plan decoded group by group, on `stream` (every
+/// group's stream synchronized): the strings' characters, then the columns.
+/// `pages`: the groups' prepared pages, joined (held until the end);
+/// `group_decode`: the time the groups' passes took.
+pub(crate) fn finish_groups(
+    plan: &ReadPlan,
+    recipes: &[ColumnRecipes],
+    layout: values::ValueLayout<'_>,
+    groups: Vec<values::GroupValues>,
+    pages: Pages,
+    group_decode: Duration,
+    stream: &std::sync::Arc<crate::cuda::GpuStream>,
+) -> Result<Decoded> {
+    let num_rows = usize::try_from(plan.group_rows)
+        .map_err(|_| unsupported(plan, 0, format!("{} rows do not fit this machine's address space", plan.group_rows)))?;
+    let t = Instant::now();
+    let leaves = layout.finish(plan, groups, stream)?;
+    let columns = assemble(plan, recipes, leaves, num_rows, stream)?;
+    Ok(Decoded {
+        columns,
+        page_headers: pages.page_headers,
+        decompress: pages.decompress,
+        decode: group_decode + t.elapsed(),
+        decompression: pages.decompression.clone(),
+        pages: pages.table.pages.iter().filter(|p| p.page_type != page_type::INDEX).count(),
+        checksummed_pages: pages.checksummed_pages,
     })
 }
 

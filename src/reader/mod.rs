@@ -173,10 +173,11 @@ fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: 
 
 /// Reads `plan` as its consecutive `parts` (see
 /// [`ReadPlan::split_row_groups`]): one IO pipeline moves the parts' chunks
-/// in order, each part's page headers and decompression run on a stream and
-/// thread of their own as soon as its bytes are in (beside the IO of the
-/// parts after it), and the values of all parts are decoded together on
-/// `stream`, as one read of `plan` would decode them.
+/// in order; each part's page headers, decompression and values (all but
+/// the strings' characters, which need every part's sizes) run on a stream
+/// and thread of their own as soon as its bytes are in, beside the IO of the
+/// parts after it, into output buffers laid out for the whole plan; the
+/// strings' characters are decoded last, on `stream`.
 fn read_overlapped(
     plan: ReadPlan,
     parts: Vec<ReadPlan>,
@@ -185,49 +186,60 @@ fn read_overlapped(
     stream: &Arc<GpuStream>,
     options: &ReadOptions,
 ) -> Result<DeviceTable> {
+    use crate::decode::{GroupValues, Prepared};
     let recipes = crate::decode::column_recipes(&plan)?;
     let ctx = stream.context().clone();
     let n = parts.len();
+    // Where each group's chunks start among the plan's.
+    let bases: Vec<usize> = parts.iter().scan(0, |at, p| Some(std::mem::replace(at, *at + p.chunks().len()))).collect();
     let streams = (0..n).map(|_| ctx.new_stream_with_budget(stream.budget().cloned())).collect::<Result<Vec<_>>>()?;
-    type Prepared = (DeviceChunks, Result<crate::decode::Prepared>, Instant);
-    let (io, prepared, io_end) = std::thread::scope(|s| {
+    let layout = crate::decode::group_layout(&plan, &recipes, stream)?;
+    type Group = (DeviceChunks, Result<(Prepared, Option<(GroupValues, std::time::Duration)>)>, Instant);
+    let (io, groups, io_end) = std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, DeviceChunks)>();
         let streams = &streams;
         let io = s.spawn(move || read_chunk_groups(parts, streams, &options.io, &|j, chunks| drop(tx.send((j, chunks)))));
         let mut workers = Vec::with_capacity(n);
-        let recipes = &recipes;
+        let (recipes, layout, plan, bases) = (&recipes, &layout, &plan, &bases);
         for (j, chunks) in rx {
             let ctx = ctx.clone();
             workers.push((
                 j,
-                s.spawn(move || -> Prepared {
-                    let prepared = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
+                s.spawn(move || -> Group {
+                    let done = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
+                        let values = crate::decode::decode_group(plan, layout, &p, bases[j], chunks.stream())?;
                         chunks.stream().synchronize()?;
-                        Ok(p)
+                        Ok((p, values))
                     });
-                    (chunks, prepared, Instant::now())
+                    (chunks, done, Instant::now())
                 }),
             ));
         }
         let io = io.join().unwrap_or_else(|p| Err(Error::worker_panicked("overlapped IO", p)));
         let io_end = Instant::now();
         workers.sort_by_key(|(j, _)| *j);
-        let prepared: Vec<Result<Prepared>> =
-            workers.into_iter().map(|(_, h)| h.join().map_err(|p| Error::worker_panicked("page preparation", p))).collect();
-        (io, prepared, io_end)
+        let groups: Vec<Result<Group>> =
+            workers.into_iter().map(|(_, h)| h.join().map_err(|p| Error::worker_panicked("group decoding", p))).collect();
+        (io, groups, io_end)
     });
     let io = io?;
-    if prepared.len() != n {
-        return Err(Error::Internal(format!("{} of {n} groups were read", prepared.len())));
+    if groups.len() != n {
+        return Err(Error::Internal(format!("{} of {n} groups were read", groups.len())));
     }
     let mut held = Vec::with_capacity(n);
-    let mut parts = Vec::with_capacity(n);
+    let mut prepared = Vec::with_capacity(n);
+    let mut values = Vec::with_capacity(n);
+    let mut group_decode = std::time::Duration::ZERO;
     let mut errors = Vec::new();
     let mut last = io_end;
-    for p in prepared {
-        match p {
-            Ok((chunks, Ok(p), end)) => {
-                parts.push(p);
+    for g in groups {
+        match g {
+            Ok((chunks, Ok((p, v)), end)) => {
+                prepared.push(p);
+                if let Some((v, took)) = v {
+                    values.push(v);
+                    group_decode += took;
+                }
                 held.push(chunks);
                 last = last.max(end);
             }
@@ -242,7 +254,15 @@ fn read_overlapped(
         return Err(errors.swap_remove(hung.unwrap_or(0)));
     }
     let after_io = last.saturating_duration_since(io_end);
-    let decoded = crate::decode::finish(&plan, &recipes, crate::decode::Pages::join(parts), stream)?;
+    let pages = crate::decode::Pages::join(prepared);
+    let decoded = if values.len() == n {
+        crate::decode::finish_groups(&plan, &recipes, layout, values, pages, group_decode, stream)?
+    } else {
+        // A group held DELTA_BYTE_ARRAY pages its footer did not announce:
+        // the plan's values in one pass, over every group's pages.
+        drop((layout, values));
+        crate::decode::finish(&plan, &recipes, pages, stream)?
+    };
     drop(held);
     let overlap = Some(OverlapStats { groups: n, after_io });
     table_of(&plan, decoded, io, plan_time, t0, overlap)
