@@ -356,12 +356,8 @@ impl<'r> ValueLayout<'r> {
             }
         }
         let entries = DeviceBuffer::alloc(stream, entries_len.max(8), "dictionary entries")?;
-        {
-            let mut k = 0;
-            for off in dict_entry_offset.iter().flatten() {
-                dict_descs[k].entries = entries.ptr() + off;
-                k += 1;
-            }
+        for (d, off) in dict_descs.iter_mut().zip(dict_entry_offset.iter().flatten()) {
+            d.entries = entries.ptr() + off;
         }
         let d_dicts = DeviceBuffer::from_host(stream, as_bytes(&dict_descs), "dictionary table")?;
         if !dict_descs.is_empty() {

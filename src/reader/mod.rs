@@ -203,12 +203,22 @@ fn read_overlapped(
         let (recipes, layout, plan, bases) = (&recipes, &layout, &plan, &bases);
         for (j, chunks) in rx {
             let ctx = ctx.clone();
+            let ready = t0.elapsed();
             workers.push((
                 j,
                 s.spawn(move || -> Group {
                     let done = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
+                        let prepared_at = t0.elapsed();
                         let values = crate::decode::decode_group(plan, layout, &p, bases[j], chunks.stream())?;
                         chunks.stream().synchronize()?;
+                        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                        tracing::debug!(
+                            group = j,
+                            bytes_in_at_ms = ms(ready),
+                            prepared_at_ms = ms(prepared_at),
+                            decoded_at_ms = ms(t0.elapsed()),
+                            "group of an overlapped read"
+                        );
                         Ok((p, values))
                     });
                     (chunks, done, Instant::now())
@@ -256,7 +266,10 @@ fn read_overlapped(
     let after_io = last.saturating_duration_since(io_end);
     let pages = crate::decode::Pages::join(prepared);
     let decoded = if values.len() == n {
-        crate::decode::finish_groups(&plan, &recipes, layout, values, pages, group_decode, stream)?
+        let started = t0.elapsed();
+        let decoded = crate::decode::finish_groups(&plan, &recipes, layout, values, pages, group_decode, stream)?;
+        tracing::debug!(started_ms = started.as_secs_f64() * 1e3, ended_ms = t0.elapsed().as_secs_f64() * 1e3, "last pass of an overlapped read");
+        decoded
     } else {
         // A group held DELTA_BYTE_ARRAY pages its footer did not announce:
         // the plan's values in one pass, over every group's pages.
