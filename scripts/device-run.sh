@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
-#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times
+#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -407,6 +407,29 @@ stage_overlap() {
   done
   out=$(timeout 300 gpq read "$f" --verify 2>&1)
   note "overlap verify: $(echo "$out" | grep -E 'overlap:|verify:|error' | tr -s ' ' | tr '\n' ';')"
+}
+
+# Issue 12 part 5: SF10 lineitem as one file and as 100 files of about
+# 25 MB, through the batch reader without a memory limit, with
+# MANY_AHEAD passes decoded at once (medians of 5); the directory checked
+# against arrow-rs.
+stage_many_files() {
+  mkdir -p "$data/sf10"
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  d=$data/sf10-100files
+  [ -d "$d/lineitem" ] || timeout 300 gpq gen -s 10 --tables lineitem --files 100 --out "$d" > /dev/null 2>&1
+  cat "$f" "$d"/lineitem/*.parquet > /dev/null
+  gpq read "$f" --repeat 2 > /dev/null 2>&1
+  note "many-files one file whole: $(timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)' | tr -s ' ')"
+  for ahead in ${MANY_AHEAD:-1 4 8 16}; do
+    for src in "$f" "$d/lineitem"; do
+      out=$(timeout 300 gpq read "$src" --decode-ahead "$ahead" --repeat 5 2>&1)
+      note "many-files $(basename "$src") decode-ahead $ahead: $(echo "$out" | grep -E 'batches:|wall:|error' | tr -s ' ' | tr '\n' ';')"
+    done
+  done
+  out=$(timeout 300 gpq read "$d/lineitem" --decode-ahead 8 --verify 2>&1)
+  note "many-files verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
 }
 
 # Every kernel of one whole read of SF10 lineitem (one group), timed by

@@ -234,6 +234,38 @@ fn several_files_are_one_sequence(_: &Arc<GpuContext>) {
     let (rows, got) = collect(reader);
     assert_eq!(rows, vec![700, 1, 1000, 1000, 500, 1000, 200]);
     assert_batches_equal("four files", &want, &got);
+    // Several passes read and decoded at once: the same batches, in order.
+    for depth in [1, 3, 8] {
+        let reader = DeviceReaderBuilder::try_new_files(&files).unwrap().with_batch_rows(1000).with_decode_ahead(depth).build().unwrap();
+        assert_eq!(reader.decode_ahead(), depth.min(7));
+        let (rows, got) = collect(reader);
+        assert_eq!(rows, vec![700, 1, 1000, 1000, 500, 1000, 200], "{depth} passes at once");
+        assert_batches_equal(&format!("four files, {depth} passes at once"), &want, &got);
+    }
+    // A memory limit reads one pass at a time.
+    let limited = DeviceReaderBuilder::try_new_files(&files).unwrap().with_decode_ahead(4).with_device_memory_limit(1 << 30).build().unwrap();
+    assert_eq!(limited.decode_ahead(), 1);
+    // A corrupt file among them: the batches before it, then its typed error, then nothing.
+    let bad_dir = tempfile::tempdir().unwrap();
+    for (i, p) in files.iter().enumerate() {
+        let mut bytes = std::fs::read(p).unwrap();
+        if i == 2 {
+            let md = parquet::file::serialized_reader::SerializedFileReader::new(std::fs::File::open(p).unwrap()).unwrap();
+            let start = parquet::file::reader::FileReader::metadata(&md).row_group(1).column(0).byte_range().0 as usize;
+            bytes[start..start + 24].fill(0xFF);
+        }
+        std::fs::write(bad_dir.path().join(p.file_name().unwrap()), &bytes).unwrap();
+    }
+    let bad_files = gpq::parquet_files(bad_dir.path()).unwrap();
+    let mut reader = DeviceReaderBuilder::try_new_files(&bad_files).unwrap().with_batch_rows(1000).with_decode_ahead(4).build().unwrap();
+    assert_eq!(reader.next().unwrap().unwrap().num_rows(), 700);
+    assert_eq!(reader.next().unwrap().unwrap().num_rows(), 1);
+    // (The third file's first pass holds its row groups 0 and 1.)
+    match reader.next() {
+        Some(Err(Error::CorruptPage { file, row_group: 1, .. })) => assert_eq!(file, bad_files[2]),
+        other => panic!("expected the third file's CorruptPage, got {:?}", other.map(|r| r.map(|t| t.num_rows()))),
+    }
+    assert!(reader.next().is_none(), "an error ends the batches");
     // A limit across files.
     let reader = DeviceReaderBuilder::try_new_files(&files).unwrap().with_limit(1800).build().unwrap();
     assert_batches_equal("four files, 1800 rows", &want.slice(0, 1800), &collect(reader).1);

@@ -7,9 +7,12 @@
 //! pass's working memory (its column chunks, decompressed pages and output
 //! columns, as the footer's sizes put them) and the next pass's column chunks
 //! (planned as a pass's own, the passes being alike) fit the limit together.
-//! [`DeviceBatchReader`] yields one [`DeviceTable`] per pass; while the GPU
-//! decodes a pass, a thread reads the next pass's chunks into device memory
-//! on a second stream.
+//! [`DeviceBatchReader`] yields one [`DeviceTable`] per pass. Without a
+//! memory limit, several passes are read and decoded at once, each on a
+//! thread and stream of its own ([`DeviceReaderBuilder::with_decode_ahead`]),
+//! the batches returned in order; with one, while the GPU decodes a pass, a
+//! thread reads the next pass's chunks into device memory on a second
+//! stream.
 //!
 //! A row selection ([`DeviceReaderBuilder::with_row_selection`]) and a row
 //! limit read only the row groups that hold wanted rows, and of those, in
@@ -82,6 +85,7 @@ pub struct DeviceReaderBuilder {
     batch_rows: Option<usize>,
     memory_limit: Option<u64>,
     prefetch: bool,
+    decode_ahead: Option<usize>,
     selection: Option<RowSelection>,
 }
 
@@ -124,6 +128,7 @@ impl DeviceReaderBuilder {
             batch_rows: None,
             memory_limit: None,
             prefetch: true,
+            decode_ahead: None,
             selection: None,
         }
     }
@@ -208,9 +213,22 @@ impl DeviceReaderBuilder {
     }
 
     /// Whether the next pass's chunks are read while the current pass
-    /// decodes (default `true`).
+    /// decodes (default `true`); `false` also turns decode-ahead off.
     pub fn with_prefetch(mut self, prefetch: bool) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// How many passes a reader without a memory limit reads and decodes at
+    /// once, each on a thread and stream of its own, the batches still
+    /// returned in order (the GPU works on several passes together, which
+    /// matters where passes are small: many small files, say). Default:
+    /// as many as a quarter of the device's free memory holds by the
+    /// footer's estimate of the largest pass, at most
+    /// [`MAX_DECODE_AHEAD`]. A reader with a memory limit decodes one pass at
+    /// a time, the next one's chunks read beside it.
+    pub fn with_decode_ahead(mut self, passes: usize) -> Self {
+        self.decode_ahead = Some(passes.max(1));
         self
     }
 
@@ -281,6 +299,20 @@ impl DeviceReaderBuilder {
         };
         let budget = self.memory_limit.map(|limit| MemoryBudget::new(&named, limit));
         let streams = [ctx.new_stream_with_budget(budget.clone())?, ctx.new_stream_with_budget(budget.clone())?];
+        let depth = if self.memory_limit.is_some() || !self.prefetch || passes.len() < 2 {
+            1
+        } else {
+            match self.decode_ahead {
+                Some(n) => n,
+                None => {
+                    let largest = passes.iter().map(|p| p.working).max().unwrap_or(0).max(1);
+                    let free = ctx.memory_info().map_or(0, |(free, _)| free);
+                    usize::try_from(free / 4 / largest).unwrap_or(usize::MAX).clamp(1, MAX_DECODE_AHEAD)
+                }
+            }
+            .min(passes.len())
+        };
+        let ahead_streams = if depth > 1 { (0..depth).map(|_| ctx.new_stream()).collect::<Result<Vec<_>>>()? } else { Vec::new() };
         Ok(DeviceBatchReader {
             files: self.files,
             options: self.options,
@@ -289,6 +321,8 @@ impl DeviceReaderBuilder {
             next: 0,
             prefetch: self.prefetch,
             prefetched: None,
+            ahead: std::collections::VecDeque::new(),
+            ahead_streams,
             ctx,
             streams,
             budget,
@@ -437,6 +471,16 @@ fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, memory_limit: Option<
     passes
 }
 
+/// The most passes a reader decodes at once by default
+/// ([`DeviceReaderBuilder::with_decode_ahead`]).
+pub const MAX_DECODE_AHEAD: usize = 8;
+
+/// A pass being read and decoded on a thread of its own.
+struct Ahead {
+    pass: usize,
+    handle: JoinHandle<Result<DeviceTable>>,
+}
+
 /// The next pass's chunks, being read on a thread.
 struct Prefetch {
     pass: usize,
@@ -455,6 +499,11 @@ pub struct DeviceBatchReader {
     next: usize,
     prefetch: bool,
     prefetched: Option<Prefetch>,
+    /// Passes read and decoded ahead, in order (readers without a memory
+    /// limit); empty when `ahead_streams` is.
+    ahead: std::collections::VecDeque<Ahead>,
+    /// One stream per pass decoded at once, if more than one is.
+    ahead_streams: Vec<Arc<GpuStream>>,
     ctx: Arc<GpuContext>,
     streams: [Arc<GpuStream>; 2],
     budget: Option<Arc<MemoryBudget>>,
@@ -472,6 +521,7 @@ impl std::fmt::Debug for DeviceBatchReader {
             .field("files", &self.files.len())
             .field("passes", &self.passes.len())
             .field("next", &self.next)
+            .field("decode_ahead", &self.ahead_streams.len().max(1))
             .finish()
     }
 }
@@ -491,6 +541,13 @@ impl DeviceBatchReader {
     /// The row groups of each pass, as planned now.
     pub fn pass_row_groups(&self) -> Vec<Vec<usize>> {
         self.passes.iter().map(|p| p.row_groups.clone()).collect()
+    }
+
+    /// How many passes are read and decoded at once (1: one at a time, the
+    /// next one's chunks read beside it); see
+    /// [`DeviceReaderBuilder::with_decode_ahead`].
+    pub fn decode_ahead(&self) -> usize {
+        self.ahead_streams.len().max(1)
     }
 
     /// The file of each pass (an index into the files given), as planned now.
@@ -525,6 +582,92 @@ impl DeviceBatchReader {
             .spawn(move || read_chunks(plan, std::time::Duration::ZERO, &stream, &io));
         if let Ok(handle) = spawned {
             self.prefetched = Some(Prefetch { pass: k, handle, started });
+        }
+    }
+
+    /// Keeps the passes from `self.next` on in flight, as many as there are
+    /// ahead streams, each read and decoded on a thread of its own.
+    fn fill_ahead(&mut self) {
+        while self.ahead.len() < self.ahead_streams.len() && self.next + self.ahead.len() < self.passes.len() {
+            let k = self.next + self.ahead.len();
+            let plan = self.plan_of(k);
+            let stream = self.ahead_streams[k % self.ahead_streams.len()].clone();
+            let (ctx, options) = (self.ctx.clone(), self.options.clone());
+            let work = move || -> Result<DeviceTable> {
+                let t0 = Instant::now();
+                ctx.bind()?;
+                let chunks = read_chunks(plan?, std::time::Duration::ZERO, &stream, &options.io)?;
+                super::decode_chunks(&chunks, t0, &options).map_err(|e| super::after_failure(&ctx, &stream, e))
+            };
+            match std::thread::Builder::new().name("gpq-pass".into()).spawn(work) {
+                Ok(handle) => self.ahead.push_back(Ahead { pass: k, handle }),
+                // No thread: the rest one at a time.
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Waits for every pass in flight and drops what they made.
+    fn cancel_ahead(&mut self) {
+        for a in self.ahead.drain(..) {
+            let _ = a.handle.join();
+        }
+    }
+
+    /// The next batch of a reader decoding passes ahead.
+    fn next_ahead(&mut self) -> Option<Result<DeviceTable>> {
+        loop {
+            if self.done || self.next >= self.passes.len() {
+                self.cancel_ahead();
+                return None;
+            }
+            self.fill_ahead();
+            let k = self.next;
+            let made = match self.ahead.pop_front() {
+                Some(a) if a.pass == k => a.handle.join().unwrap_or_else(|p| Err(Error::worker_panicked("a pass", p))),
+                other => {
+                    // (A thread that could not start, or out of order: this pass alone.)
+                    if let Some(a) = other {
+                        self.ahead.push_front(a);
+                    }
+                    self.cancel_ahead();
+                    let t0 = Instant::now();
+                    let stream = self.streams[k % 2].clone();
+                    self.plan_of(k)
+                        .and_then(|plan| read_chunks(plan, std::time::Duration::ZERO, &stream, &self.options.io))
+                        .and_then(|chunks| super::decode_chunks(&chunks, t0, &self.options))
+                        .map_err(|e| super::after_failure(&self.ctx, &stream, e))
+                }
+            };
+            match made {
+                Ok(mut table) => {
+                    if k == 0 {
+                        table.add_plan_time(self.planned);
+                    }
+                    if let Some(setup) = self.setup.take() {
+                        table.add_setup(setup);
+                    }
+                    self.next += 1;
+                    self.fill_ahead();
+                    return Some(Ok(table));
+                }
+                Err(e) => {
+                    self.cancel_ahead();
+                    // nvCOMP never finished on this pass: as in `next_batch`.
+                    if super::nvcomp_hung(&e, &self.options) {
+                        tracing::warn!(file = %self.files[self.passes[k].file].0.display(), error = %e, "nvCOMP hung; reading on with CPU decompression");
+                        if let Err(again) = self.renew_context() {
+                            self.done = true;
+                            return Some(Err(again));
+                        }
+                        self.options.decompress = DecompressMode::Cpu;
+                        self.hung = Some(k);
+                        continue;
+                    }
+                    self.done = true;
+                    return Some(Err(if self.hung == Some(k) { super::after_nvcomp_hang(e) } else { e }));
+                }
+            }
         }
     }
 
@@ -590,6 +733,9 @@ impl DeviceBatchReader {
     }
 
     fn next_batch(&mut self) -> Option<Result<DeviceTable>> {
+        if !self.ahead_streams.is_empty() {
+            return self.next_ahead();
+        }
         loop {
             if self.done || self.next >= self.passes.len() {
                 self.cancel_prefetch();
@@ -679,6 +825,9 @@ impl DeviceBatchReader {
     fn renew_context(&mut self) -> Result<()> {
         let ctx = GpuContext::get(self.options.device)?;
         self.streams = [ctx.new_stream_with_budget(self.budget.clone())?, ctx.new_stream_with_budget(self.budget.clone())?];
+        for s in &mut self.ahead_streams {
+            *s = ctx.new_stream()?;
+        }
         self.ctx = ctx;
         Ok(())
     }
@@ -694,6 +843,7 @@ impl Iterator for DeviceBatchReader {
 
 impl Drop for DeviceBatchReader {
     fn drop(&mut self) {
+        self.cancel_ahead();
         self.cancel_prefetch();
     }
 }

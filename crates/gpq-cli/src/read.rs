@@ -54,6 +54,11 @@ pub struct ReadArgs {
     /// Read at most this many rows, through the batch reader.
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Through the batch reader without a memory limit: how many passes are
+    /// read and decoded at once (default: as many as a quarter of the free
+    /// device memory holds, at most 8).
+    #[arg(long)]
+    pub decode_ahead: Option<usize>,
     /// Split a whole read into this many groups of row groups whose IO, page
     /// headers and decompression overlap (1: none; default: chosen from the
     /// read's size).
@@ -139,7 +144,7 @@ pub fn run(args: ReadArgs) -> gpq::Result<ExitCode> {
 }
 
 fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
-    if args.batch_rows.is_some() || args.memory_limit.is_some() || args.rows.is_some() || args.limit.is_some() {
+    if args.batch_rows.is_some() || args.memory_limit.is_some() || args.rows.is_some() || args.limit.is_some() || args.decode_ahead.is_some() {
         return run_batches(args);
     }
     let options = options_from(args)?;
@@ -264,7 +269,11 @@ fn run_batches(args: &ReadArgs) -> gpq::Result<ExitCode> {
         if let Some(n) = args.limit {
             builder = builder.with_limit(n);
         }
+        if let Some(n) = args.decode_ahead {
+            builder = builder.with_decode_ahead(n);
+        }
         let mut reader = builder.build()?;
+        let ahead = reader.decode_ahead();
         let (mut batches, mut rows, mut decoded, mut requested) = (0usize, 0usize, 0u64, 0u64);
         let mut host = Vec::new();
         for batch in reader.by_ref() {
@@ -278,12 +287,12 @@ fn run_batches(args: &ReadArgs) -> gpq::Result<ExitCode> {
             }
         }
         walls.push(t.elapsed().as_secs_f64());
-        last = Some((batches, rows, decoded, requested, reader.peak_device_memory(), reader.schema().clone(), host));
+        last = Some((batches, rows, decoded, requested, reader.peak_device_memory(), reader.schema().clone(), host, ahead));
     }
-    let Some((batches, rows, decoded, requested, peak, schema, host)) = last else { return Ok(ExitCode::SUCCESS) };
+    let Some((batches, rows, decoded, requested, peak, schema, host, ahead)) = last else { return Ok(ExitCode::SUCCESS) };
     let med = median(&mut walls);
     println!("{} ({} file{})", args.path.display(), files.len(), if files.len() == 1 { "" } else { "s" });
-    println!("  batches:       {batches} ({rows} rows)");
+    println!("  batches:       {batches} ({rows} rows; {ahead} decoded at once)");
     println!("  bytes:         requested {}", human_bytes(requested));
     println!("  wall:          {:.2} ms (median of {}), {:.2} GB/s decoded ({})", med * 1e3, walls.len(), decoded as f64 / med / 1e9, human_bytes(decoded));
     match (peak, args.memory_limit) {
