@@ -107,7 +107,13 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
 }
 # (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
 in_bundle() { awk -v b="$1" '$4 == b { print "bin/" $1 "-" $2 }' "$stage/executables.txt" | grep -v -- '-mutations$' || true; }
-core=(bin/gpq bin/gpq-nvcomp-worker bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
+# DEVICE_CORE_TESTS (e.g. "decode_gpu batches_gpu") keeps only those test
+# binaries and leaves the fuzzer out, for calls whose bundle would pass 64 MiB.
+if [ -n "${DEVICE_CORE_TESTS:-}" ]; then
+  core=(bin/gpq bin/gpq-nvcomp-worker lib data); for t in $DEVICE_CORE_TESTS; do core+=(bin/test-$t); done
+else
+  core=(bin/gpq bin/gpq-nvcomp-worker bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
+fi
 bundle core "${core[@]}"
 # The DataFusion crate's test binaries are ~120 MB each (stripped): the df
 # bundle carries the TPC-H one (22 queries, GPU backend); the others

@@ -312,7 +312,10 @@ impl DeviceReaderBuilder {
             }
             .min(passes.len())
         };
-        let ahead_streams = if depth > 1 { (0..depth).map(|_| ctx.new_stream()).collect::<Result<Vec<_>>>()? } else { Vec::new() };
+        // A single pass goes the same way: read as one read would be (its
+        // groups overlapped, see `ReadOptions::overlap_groups`).
+        let ahead = self.memory_limit.is_none() && self.prefetch && (depth > 1 || passes.len() == 1);
+        let ahead_streams = if ahead { (0..depth).map(|_| ctx.new_stream()).collect::<Result<Vec<_>>>()? } else { Vec::new() };
         Ok(DeviceBatchReader {
             files: self.files,
             options: self.options,
@@ -473,7 +476,7 @@ fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, memory_limit: Option<
 
 /// The most passes a reader decodes at once by default
 /// ([`DeviceReaderBuilder::with_decode_ahead`]).
-pub const MAX_DECODE_AHEAD: usize = 8;
+pub const MAX_DECODE_AHEAD: usize = 16;
 
 /// A pass being read and decoded on a thread of its own.
 struct Ahead {
@@ -596,8 +599,7 @@ impl DeviceBatchReader {
             let work = move || -> Result<DeviceTable> {
                 let t0 = Instant::now();
                 ctx.bind()?;
-                let chunks = read_chunks(plan?, std::time::Duration::ZERO, &stream, &options.io)?;
-                super::decode_chunks(&chunks, t0, &options).map_err(|e| super::after_failure(&ctx, &stream, e))
+                super::read_on(plan?, std::time::Duration::ZERO, t0, &stream, &options).map_err(|e| super::after_failure(&ctx, &stream, e))
             };
             match std::thread::Builder::new().name("gpq-pass".into()).spawn(work) {
                 Ok(handle) => self.ahead.push_back(Ahead { pass: k, handle }),

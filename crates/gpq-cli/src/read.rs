@@ -56,7 +56,7 @@ pub struct ReadArgs {
     pub limit: Option<usize>,
     /// Through the batch reader without a memory limit: how many passes are
     /// read and decoded at once (default: as many as a quarter of the free
-    /// device memory holds, at most 8).
+    /// device memory holds, at most 16).
     #[arg(long)]
     pub decode_ahead: Option<usize>,
     /// Split a whole read into this many groups of row groups whose IO, page
