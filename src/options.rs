@@ -225,9 +225,9 @@ pub struct ReadOptions {
     /// arrow-rs (most writers write no checksums).
     pub verify_page_checksums: bool,
     /// How many groups of row groups a read is split into so that its stages
-    /// overlap: the GPU parses and decompresses one group's pages while the
-    /// next group's chunks are still being read (the values of all groups
-    /// are then decoded together). `None` (the default) chooses: about one
+    /// overlap: the GPU parses, decompresses and decodes one group's pages
+    /// while the next group's chunks are still being read (the strings'
+    /// characters, which need every group's sizes, come last). `None` (the default) chooses: about one
     /// group per [`OVERLAP_GROUP_BYTES`] of chunks, at most
     /// [`OVERLAP_MAX_GROUPS`], none for a read of less than two groups' bytes.
     /// `Some(1)` reads in one group. Reads cut to a row window always read in

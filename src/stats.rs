@@ -112,8 +112,9 @@ pub struct ReadStats {
     pub checksummed_pages: usize,
     /// How the stages overlapped, if the read was split into groups
     /// ([`ReadOptions::overlap_groups`](crate::ReadOptions::overlap_groups)).
-    /// Then `page_headers` and `decompress` add up the groups' times, which
-    /// ran beside the IO and beside each other.
+    /// Then `page_headers`, `decompress` and `decode` add up the groups'
+    /// times (and `decode` the last pass's), which ran beside the IO and
+    /// beside each other: only `total` is wall time.
     pub overlap: Option<OverlapStats>,
 }
 
@@ -123,7 +124,8 @@ pub struct OverlapStats {
     /// Groups of row groups read.
     pub groups: usize,
     /// Wall time from the end of the IO to the end of the last group's page
-    /// headers and decompression: the part of those stages the IO did not hide.
+    /// headers, decompression and values (before the last pass, the
+    /// strings' characters): the part of the groups' work the IO did not hide.
     pub after_io: Duration,
 }
 
@@ -149,7 +151,7 @@ impl ReadStats {
             )
         };
         let overlap = match &self.overlap {
-            Some(o) => format!(", in {} overlapped groups (headers and decompression {:.1} ms past the IO)", o.groups, ms(o.after_io)),
+            Some(o) => format!(", in {} overlapped groups (their work {:.1} ms past the IO)", o.groups, ms(o.after_io)),
             None => String::new(),
         };
         format!(

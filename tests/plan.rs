@@ -393,6 +393,8 @@ fn plans_split_into_runs_of_row_groups_that_add_up_to_the_plan() {
     // A plan cut to a row window is read in one go.
     let window = plan.clone().with_row_window(1_500, 5_000, &options.io).unwrap();
     assert_eq!(window.split_row_groups(4, &options.io).unwrap().len(), 1);
+    let head = plan.clone().with_row_window(0, 1_500, &options.io).unwrap();
+    assert_eq!(head.split_row_groups(4, &options.io).unwrap().len(), 1, "a window ending inside a row group");
 }
 
 #[test]

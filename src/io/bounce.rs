@@ -68,9 +68,16 @@ fn take_slots(ctx: &Arc<GpuContext>, n: usize, size: usize) -> Result<Vec<Stagin
     Ok(pooled)
 }
 
+/// Idle slots kept per device: what two reads of the most IO threads use
+/// (reads that run at once, passes decoded ahead say, take more, and give
+/// the rest back to the system).
+const MAX_IDLE_SLOTS: usize = 32;
+
 fn return_slots(ctx: &GpuContext, slots: Vec<StagingSlot>) {
     let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
-    pools.entry(ctx.key()).or_default().extend(slots);
+    let pool = pools.entry(ctx.key()).or_default();
+    let room = MAX_IDLE_SLOTS.saturating_sub(pool.len());
+    pool.extend(slots.into_iter().take(room));
 }
 
 fn open(path: &Path, direct: bool) -> Result<File> {

@@ -19,7 +19,9 @@ impl ReadPlan {
     /// or when a row window cut the plan (its chunks may resume after skipped
     /// pages: such plans are small and read in one go).
     pub fn split_row_groups(&self, groups: usize, io: &IoOptions) -> Result<Vec<ReadPlan>> {
-        let windowed = self.lead_rows.iter().any(|&r| r > 0) || self.chunks.iter().any(|c| c.resume.is_some() || c.first_row > 0);
+        let windowed = self.num_rows != self.group_rows
+            || self.lead_rows.iter().any(|&r| r > 0)
+            || self.chunks.iter().any(|c| c.resume.is_some() || c.first_row > 0);
         // (row group, bytes, chunks) of each row group with chunks, in plan order.
         let mut per_rg: Vec<(usize, u64, usize)> = Vec::new();
         for c in &self.chunks {

@@ -225,10 +225,12 @@ impl DeviceReaderBuilder {
     /// matters where passes are small: many small files, say). Default:
     /// as many as a quarter of the device's free memory holds by the
     /// footer's estimate of the largest pass, at most
-    /// [`MAX_DECODE_AHEAD`]. A reader with a memory limit decodes one pass at
-    /// a time, the next one's chunks read beside it.
+    /// [`MAX_DECODE_AHEAD`]; asked for, at most four times that. A reader
+    /// with a memory limit decodes one pass at a time, the next one's chunks
+    /// read beside it.
     pub fn with_decode_ahead(mut self, passes: usize) -> Self {
-        self.decode_ahead = Some(passes.max(1));
+        // Each pass in flight holds its IO threads and staging buffers.
+        self.decode_ahead = Some(passes.clamp(1, 4 * MAX_DECODE_AHEAD));
         self
     }
 
@@ -609,11 +611,16 @@ impl DeviceBatchReader {
         }
     }
 
-    /// Waits for every pass in flight and drops what they made.
-    fn cancel_ahead(&mut self) {
+    /// Waits for every pass in flight and drops what they made; returns
+    /// whether one of them made nvCOMP hang.
+    fn cancel_ahead(&mut self) -> bool {
+        let mut hung = false;
         for a in self.ahead.drain(..) {
-            let _ = a.handle.join();
+            if let Ok(Err(e)) = a.handle.join() {
+                hung |= super::nvcomp_hung(&e, &self.options);
+            }
         }
+        hung
     }
 
     /// The next batch of a reader decoding passes ahead.
@@ -654,9 +661,10 @@ impl DeviceBatchReader {
                     return Some(Ok(table));
                 }
                 Err(e) => {
-                    self.cancel_ahead();
-                    // nvCOMP never finished on this pass: as in `next_batch`.
-                    if super::nvcomp_hung(&e, &self.options) {
+                    // nvCOMP never finished on this pass, or on one after it
+                    // (whose lost context failed this one): as in `next_batch`.
+                    let later_hung = self.cancel_ahead();
+                    if super::nvcomp_hung(&e, &self.options) || later_hung {
                         tracing::warn!(file = %self.files[self.passes[k].file].0.display(), error = %e, "nvCOMP hung; reading on with CPU decompression");
                         if let Err(again) = self.renew_context() {
                             self.done = true;

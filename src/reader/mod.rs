@@ -198,15 +198,16 @@ fn read_overlapped(
     let (io, groups, io_end) = std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, DeviceChunks)>();
         let streams = &streams;
-        let io = s.spawn(move || read_chunk_groups(parts, streams, &options.io, &|j, chunks| drop(tx.send((j, chunks)))));
+        let io = std::thread::Builder::new()
+            .name("gpq-io".into())
+            .spawn_scoped(s, move || read_chunk_groups(parts, streams, &options.io, &|j, chunks| drop(tx.send((j, chunks)))))
+            .map_err(|e| Error::Internal(format!("no thread for the IO: {e}")));
         let mut workers = Vec::with_capacity(n);
         let (recipes, layout, plan, bases) = (&recipes, &layout, &plan, &bases);
         for (j, chunks) in rx {
             let ctx = ctx.clone();
             let ready = t0.elapsed();
-            workers.push((
-                j,
-                s.spawn(move || -> Group {
+            let work = move || -> Group {
                     let done = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
                         let prepared_at = t0.elapsed();
                         let values = crate::decode::decode_group(plan, layout, &p, bases[j], chunks.stream())?;
@@ -221,15 +222,31 @@ fn read_overlapped(
                         );
                         Ok((p, values))
                     });
+                    // After an error, none of the group's kernels may still
+                    // write into the layout when it is freed (unless the
+                    // context is gone, and its memory with it).
+                    let done = match done {
+                        Err(e) if !e.is_context_lost() && !matches!(e, Error::GpuContextLost { .. }) => {
+                            let _ = chunks.stream().synchronize_within(std::time::Duration::from_secs(30), "a failed group's kernels");
+                            Err(e)
+                        }
+                        other => other,
+                    };
                     (chunks, done, Instant::now())
-                }),
-            ));
+            };
+            let spawned = std::thread::Builder::new().name("gpq-group".into()).spawn_scoped(s, work);
+            workers.push((j, spawned.map_err(|e| Error::Internal(format!("no thread for group {j}: {e}")))));
         }
-        let io = io.join().unwrap_or_else(|p| Err(Error::worker_panicked("overlapped IO", p)));
+        let io = match io {
+            Ok(h) => h.join().unwrap_or_else(|p| Err(Error::worker_panicked("overlapped IO", p))),
+            Err(e) => Err(e),
+        };
         let io_end = Instant::now();
         workers.sort_by_key(|(j, _)| *j);
-        let groups: Vec<Result<Group>> =
-            workers.into_iter().map(|(_, h)| h.join().map_err(|p| Error::worker_panicked("group decoding", p))).collect();
+        let groups: Vec<Result<Group>> = workers
+            .into_iter()
+            .map(|(_, h)| h.and_then(|h| h.join().map_err(|p| Error::worker_panicked("group decoding", p))))
+            .collect();
         (io, groups, io_end)
     });
     let io = io?;

@@ -187,7 +187,7 @@ fn run_decode(args: &ReadArgs) -> gpq::Result<ExitCode> {
         );
         if let Some(o) = &s.overlap {
             println!(
-                "  overlap:       {} groups; page headers and decompress (summed over the groups) ran beside the IO, {:.2} ms past its end",
+                "  overlap:       {} groups; their page headers, decompression and values (stage times summed over the groups) ran beside the IO, ending {:.2} ms after it",
                 o.groups,
                 ms(o.after_io)
             );
