@@ -662,20 +662,13 @@ impl DeviceBatchReader {
                 }
                 Err(e) => {
                     // nvCOMP never finished on this pass, or on one after it
-                    // (whose lost context failed this one): as in `next_batch`.
+                    // (whose lost context failed this one).
                     let later_hung = self.cancel_ahead();
-                    if super::nvcomp_hung(&e, &self.options) || later_hung {
-                        tracing::warn!(file = %self.files[self.passes[k].file].0.display(), error = %e, "nvCOMP hung; reading on with CPU decompression");
-                        if let Err(again) = self.renew_context() {
-                            self.done = true;
-                            return Some(Err(again));
-                        }
-                        self.options.decompress = DecompressMode::Cpu;
-                        self.hung = Some(k);
-                        continue;
+                    let hung = super::nvcomp_hung(&e, &self.options) || later_hung;
+                    match self.recover_or_end(k, e, hung) {
+                        None => continue,
+                        end => return end,
                     }
-                    self.done = true;
-                    return Some(Err(if self.hung == Some(k) { super::after_nvcomp_hang(e) } else { e }));
                 }
             }
         }
@@ -805,24 +798,33 @@ impl DeviceBatchReader {
                 Err(e) => {
                     self.cancel_prefetch();
                     let e = super::after_failure(&self.ctx, &self.streams[k % 2], e);
-                    // nvCOMP never finished on this pass: its context was
-                    // abandoned for a fresh one; the rest of the file is read
-                    // with CPU decompression, whose verdict on the pass stands.
-                    if super::nvcomp_hung(&e, &self.options) {
-                        tracing::warn!(file = %self.files[self.passes[k].file].0.display(), error = %e, "nvCOMP hung; reading on with CPU decompression");
-                        if let Err(again) = self.renew_context() {
-                            self.done = true;
-                            return Some(Err(again));
-                        }
-                        self.options.decompress = DecompressMode::Cpu;
-                        self.hung = Some(k);
-                        continue;
+                    let hung = super::nvcomp_hung(&e, &self.options);
+                    match self.recover_or_end(k, e, hung) {
+                        None => continue,
+                        end => return end,
                     }
-                    self.done = true;
-                    return Some(Err(if self.hung == Some(k) { super::after_nvcomp_hang(e) } else { e }));
                 }
             }
         }
+    }
+
+    /// After pass `k` failed with `e` (cleaned up): where nvCOMP hung
+    /// (`hung`), its context was abandoned for a fresh one and the rest is
+    /// read with CPU decompression, whose verdict on the pass stands: `None`,
+    /// read pass `k` again. Otherwise the end of the batches, with `e`.
+    fn recover_or_end(&mut self, k: usize, e: Error, hung: bool) -> Option<Result<DeviceTable>> {
+        if hung {
+            tracing::warn!(file = %self.files[self.passes[k].file].0.display(), error = %e, "nvCOMP hung; reading on with CPU decompression");
+            if let Err(again) = self.renew_context() {
+                self.done = true;
+                return Some(Err(again));
+            }
+            self.options.decompress = DecompressMode::Cpu;
+            self.hung = Some(k);
+            return None;
+        }
+        self.done = true;
+        Some(Err(if self.hung == Some(k) { super::after_nvcomp_hang(e) } else { e }))
     }
 
     /// Ends the iteration with `e`, after the read's cleanup on pass `k`'s stream.
