@@ -1,11 +1,13 @@
 //! The read entry points: plan, IO, decode and device Arrow columns tied
 //! together, with the read's statistics assembled from each stage's report.
 //! [`read_parquet_to_device`] reads a selection in one pass; a large one as
-//! groups of row groups whose IO, page headers and decompression overlap
-//! (see [`ReadOptions::overlap_groups`]), decoded together; `batches`
-//! ([`DeviceReaderBuilder`]) reads it as a sequence of device tables, each a
-//! pass over a few row groups, bounded in rows and device memory, the IO of
-//! the next pass overlapping the decode of the current one.
+//! groups of row groups, each group's page headers, decompression and values
+//! decoded beside the IO of the groups after it (see
+//! [`ReadOptions::overlap_groups`]); `batches` ([`DeviceReaderBuilder`])
+//! reads it as a sequence of device tables, each a pass over a few row
+//! groups, bounded in rows and device memory: several passes at once without
+//! a memory limit, else the IO of the next pass beside the decode of the
+//! current one.
 
 mod batches;
 
@@ -208,31 +210,31 @@ fn read_overlapped(
             let ctx = ctx.clone();
             let ready = t0.elapsed();
             let work = move || -> Group {
-                    let done = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
-                        let prepared_at = t0.elapsed();
-                        let values = crate::decode::decode_group(plan, layout, &p, bases[j], chunks.stream())?;
-                        chunks.stream().synchronize()?;
-                        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-                        tracing::debug!(
-                            group = j,
-                            bytes_in_at_ms = ms(ready),
-                            prepared_at_ms = ms(prepared_at),
-                            decoded_at_ms = ms(t0.elapsed()),
-                            "group of an overlapped read"
-                        );
-                        Ok((p, values))
-                    });
-                    // After an error, none of the group's kernels may still
-                    // write into the layout when it is freed (unless the
-                    // context is gone, and its memory with it).
-                    let done = match done {
-                        Err(e) if !e.is_context_lost() && !matches!(e, Error::GpuContextLost { .. }) => {
-                            let _ = chunks.stream().synchronize_within(std::time::Duration::from_secs(30), "a failed group's kernels");
-                            Err(e)
-                        }
-                        other => other,
-                    };
-                    (chunks, done, Instant::now())
+                let done = ctx.bind().and_then(|()| crate::decode::prepare(&chunks, recipes, options)).and_then(|p| {
+                    let prepared_at = t0.elapsed();
+                    let values = crate::decode::decode_group(plan, layout, &p, bases[j], chunks.stream())?;
+                    chunks.stream().synchronize()?;
+                    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                    tracing::debug!(
+                        group = j,
+                        bytes_in_at_ms = ms(ready),
+                        prepared_at_ms = ms(prepared_at),
+                        decoded_at_ms = ms(t0.elapsed()),
+                        "group of an overlapped read"
+                    );
+                    Ok((p, values))
+                });
+                // After an error, none of the group's kernels may still
+                // write into the layout when it is freed (unless the
+                // context is gone, and its memory with it).
+                let done = match done {
+                    Err(e) if !e.is_context_lost() && !matches!(e, Error::GpuContextLost { .. }) => {
+                        let _ = chunks.stream().synchronize_within(std::time::Duration::from_secs(30), "a failed group's kernels");
+                        Err(e)
+                    }
+                    other => other,
+                };
+                (chunks, done, Instant::now())
             };
             let spawned = std::thread::Builder::new().name("gpq-group".into()).spawn_scoped(s, work);
             workers.push((j, spawned.map_err(|e| Error::Internal(format!("no thread for group {j}: {e}")))));
