@@ -69,7 +69,7 @@ pub use io::DeviceChunks;
 pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, OVERLAP_GROUP_BYTES, OVERLAP_MAX_GROUPS, ReadOptions};
 pub use plan::{Footer, ReadPlan, cached_footers, clear_footer_cache, read_footer, read_footer_with_page_index};
 pub use reader::{
-    DeviceBatchReader, DeviceReaderBuilder, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
+    DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
 };
 pub use stats::{DecompressStats, IoStats, OverlapStats, ReadStats, SetupStats};
 

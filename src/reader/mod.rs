@@ -11,7 +11,7 @@
 
 mod batches;
 
-pub use batches::{DeviceBatchReader, DeviceReaderBuilder};
+pub use batches::{DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD};
 
 use std::path::Path;
 use std::time::Instant;
