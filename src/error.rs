@@ -262,6 +262,13 @@ pub enum Error {
         found: String,
     },
 
+    /// Device columns cannot be handed to another library as asked: a type
+    /// the Arrow C Device Data Interface or DLPack has no representation
+    /// for, a column with nulls as a DLPack tensor, a stream batch whose
+    /// device types differ from the stream's schema.
+    #[error("cannot export: {0}")]
+    Export(String),
+
     /// An internal invariant did not hold: a bug in gpq, please report it.
     #[error("internal error in gpq: {0}")]
     Internal(String),
@@ -313,6 +320,7 @@ impl Error {
             Error::GpuContextLost { .. } => "gpu-context-lost",
             Error::OverBudget { .. } => "over-budget",
             Error::SchemaMismatch { .. } => "schema-mismatch",
+            Error::Export(_) => "export",
             Error::Internal(_) => "internal",
             Error::Arrow(_) => "arrow",
         }

@@ -8,6 +8,10 @@
 //! [`DeviceColumn::view_data`]). Its [`DeviceColumn::device_type`] says what
 //! the buffers hold; where the schema asks for a type the device does not
 //! build (a dictionary, a fixed-size list), the host casts on conversion.
+//!
+//! Other libraries take the buffers without a copy through the Arrow C
+//! Device Data Interface ([`c_device`]: tables, columns, streams of
+//! batches) and DLPack ([`dlpack`]: fixed-width columns and single buffers).
 
 use std::sync::Arc;
 
@@ -21,8 +25,12 @@ use crate::decode::layouts::VIEW_BUFFER_SHIFT;
 use crate::error::Result;
 use crate::stats::{ReadStats, SetupStats};
 
+pub mod c_device;
+pub mod dlpack;
 mod pinned;
 
+pub use c_device::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, device_stream};
+pub use dlpack::{ColumnBuffer, DeviceTensor};
 pub use pinned::PinnedHostPool;
 
 /// One column in device memory, in Arrow layout.

@@ -58,6 +58,8 @@ pub struct GpuContext {
     owned: bool,
     generation: u64,
     lost: AtomicBool,
+    /// Bytes of gpq's device buffers alive now on this context.
+    pub(crate) live_bytes: AtomicU64,
     pub(crate) backend: Backend,
     /// Device name as the driver reports it.
     pub name: String,
@@ -173,6 +175,7 @@ impl GpuContext {
                     owned: false,
                     generation: 0,
                     lost: AtomicBool::new(false),
+                live_bytes: AtomicU64::new(0),
                     backend: Backend::Emulated,
                     name: "gpq CPU emulator".into(),
                     compute_capability: (9, 0),
@@ -233,6 +236,7 @@ impl GpuContext {
                 owned,
                 generation: GENERATION.fetch_add(1, Ordering::Relaxed) + 1,
                 lost: AtomicBool::new(false),
+                live_bytes: AtomicU64::new(0),
                 backend: Backend::Cuda { ctx, pool },
                 name,
                 compute_capability: (major, minor),
@@ -339,6 +343,14 @@ impl GpuContext {
             sys::cuDevicePrimaryCtxRelease_v2(self.device);
         }
         true
+    }
+
+    /// Bytes of gpq's device buffers alive now on this device (read
+    /// results, exports not yet released by their consumers, buffers of
+    /// reads in flight), as gpq counts its allocations and frees. Memory the
+    /// pool keeps for reuse after a free is not counted.
+    pub fn live_buffer_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::Relaxed)
     }
 
     /// Returns the pool's unused memory to the driver (after a failed read,
@@ -556,6 +568,17 @@ impl GpuEvent {
                 *t.lock().unwrap() = Some(Instant::now());
                 Ok(())
             }
+        }
+    }
+
+    /// The address of the driver's handle of the event (a `CUevent*`, which
+    /// is what the Arrow C Device Data Interface's `sync_event` and DLPack
+    /// consumers expect); `None` on the emulator. Valid while the event
+    /// stays where it is (keep it boxed or behind an `Arc`).
+    pub fn handle_ptr(&self) -> Option<*const std::ffi::c_void> {
+        match &self.raw {
+            EventRaw::Cuda(e) => Some((e as *const sys::CUevent).cast()),
+            EventRaw::Emulated(_) => None,
         }
     }
 

@@ -159,6 +159,7 @@ impl DeviceBuffer {
             return Err(out_of_memory(&ctx, len, what));
         }
         check("cuMemAllocFromPoolAsync", r)?;
+        ctx.live_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(DeviceBuffer { ptr, len, alloc: Alloc::Pool(stream.clone()), ctx, budget: None })
     }
 
@@ -178,6 +179,7 @@ impl DeviceBuffer {
             return Err(out_of_memory(ctx, len, what));
         }
         check("cuMemAlloc", r)?;
+        ctx.live_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(DeviceBuffer { ptr, len, alloc: Alloc::Plain, ctx: ctx.clone(), budget: None })
     }
 
@@ -310,6 +312,9 @@ impl Drop for DeviceBuffer {
         if let Some(b) = &self.budget {
             b.release(self.len);
         }
+        if !matches!(self.alloc, Alloc::Empty) {
+            self.ctx.live_bytes.fetch_sub(self.len, Ordering::Relaxed);
+        }
         if self.ctx.is_lost() {
             // The context's reset freed the memory with everything else.
             return;
@@ -344,6 +349,7 @@ fn emulated_alloc(ctx: &Arc<GpuContext>, len: u64, what: &'static str) -> Result
     if p.is_null() {
         return Err(out_of_memory(ctx, len, what));
     }
+    ctx.live_bytes.fetch_add(len, Ordering::Relaxed);
     Ok(DeviceBuffer { ptr: p as u64, len, alloc: Alloc::Emulated, ctx: ctx.clone(), budget: None })
 }
 

@@ -537,6 +537,14 @@ impl DeviceBatchReader {
         &self.schema
     }
 
+    /// Hands the reader over as an Arrow C device stream
+    /// ([`crate::arrow::c_device`]): each `get_next` reads the next batch and
+    /// exports it, a failed read is the stream's error.
+    pub fn into_device_stream(self) -> crate::arrow::FFI_ArrowDeviceArrayStream {
+        let device_type = if self.ctx.is_emulated() { crate::arrow::ARROW_DEVICE_CPU } else { crate::arrow::ARROW_DEVICE_CUDA };
+        crate::arrow::device_stream(self.schema.clone(), device_type, self)
+    }
+
     /// How many passes (batches) the selection is read in, as planned now
     /// (a pass over the limit is split when it is read).
     pub fn num_passes(&self) -> usize {
