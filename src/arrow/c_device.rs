@@ -198,14 +198,15 @@ impl DeviceTable {
     }
 }
 
-/// Exports a sequence of device tables as a C device stream. `schema` is
+/// Exports a sequence of device tables as a C device stream (each batch
+/// exported as [`DeviceTable::to_device_array`] does). `schema` is
 /// what the stream reports if it has no batch at all (the tables' result
 /// schema); otherwise the first batch's device schema is the stream's.
 /// `device_type` is where the batches will be ([`ARROW_DEVICE_CUDA`], or
 /// [`ARROW_DEVICE_CPU`] on the emulator).
 pub fn device_stream<I>(schema: SchemaRef, device_type: i32, batches: I) -> FFI_ArrowDeviceArrayStream
 where
-    I: Iterator<Item = Result<DeviceTable>> + Send + 'static,
+    I: Iterator<Item = Result<Arc<DeviceTable>>> + Send + 'static,
 {
     let private = Box::new(StreamState {
         batches: Box::new(batches),
@@ -387,13 +388,13 @@ unsafe extern "C" fn release_node(array: *mut FFI_ArrowArray) {
 
 /// A stream's state.
 struct StreamState {
-    batches: Box<dyn Iterator<Item = Result<DeviceTable>> + Send>,
+    batches: Box<dyn Iterator<Item = Result<Arc<DeviceTable>>> + Send>,
     /// The schema reported when there is no batch.
     empty_schema: SchemaRef,
     /// The device schema of the first batch, once it was read.
     schema: Option<Schema>,
     /// The first batch, read early to learn the schema.
-    peeked: Option<DeviceTable>,
+    peeked: Option<Arc<DeviceTable>>,
     error: Option<(c_int, CString)>,
     done: bool,
     produced: usize,
@@ -465,7 +466,7 @@ impl StreamState {
             )));
         }
         self.produced += 1;
-        Ok(Some(Arc::new(table).to_device_array()?))
+        Ok(Some(table.to_device_array()?))
     }
 }
 

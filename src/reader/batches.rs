@@ -542,7 +542,7 @@ impl DeviceBatchReader {
     /// exports it, a failed read is the stream's error.
     pub fn into_device_stream(self) -> crate::arrow::FFI_ArrowDeviceArrayStream {
         let device_type = if self.ctx.is_emulated() { crate::arrow::ARROW_DEVICE_CPU } else { crate::arrow::ARROW_DEVICE_CUDA };
-        crate::arrow::device_stream(self.schema.clone(), device_type, self)
+        crate::arrow::device_stream(self.schema.clone(), device_type, self.map(|batch| batch.map(Arc::new)))
     }
 
     /// How many passes (batches) the selection is read in, as planned now
