@@ -4,6 +4,7 @@
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
+#           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,7 +13,7 @@ mkdir -p "$OUT"
 work=/root/gpq-work
 mkdir -p "$work"
 if ! cmp -s "$here/payload.tar.xz" "$work/.payload" 2>/dev/null; then
-  rm -rf "$work/bin" "$work/lib" "$work/data/parquet-testing" "$work/data/regressions"
+  rm -rf "$work/bin" "$work/lib" "$work/wheels" "$work/data/parquet-testing" "$work/data/regressions"
   cp "$here/payload.tar.xz" "$work/.payload"
   (cd "$work" && (tar -xJf "$here/payload.tar.xz" 2>/dev/null || python3 -c "import lzma,tarfile,sys; tarfile.open(fileobj=lzma.open('$here/payload.tar.xz')).extractall('.')"))
 fi
@@ -474,6 +475,27 @@ stage_check_kernel() {
     ncu --import "$OUT/check-kernel.ncu-rep" --page details > "$OUT/check-kernel-ncu.txt" 2>&1
     grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Registers Per|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|Stall" "$OUT/check-kernel-ncu.txt" | head -30 | tee -a "$summary"
   fi
+}
+
+stage_python() {
+  # The Python package on the device's Python: gpq's abi3 wheel, nanoarrow
+  # and pytest from the bundle's wheels/; the pytest suite with CUDA
+  # consumers (CuPy, PyTorch, nanoarrow) on SF10 lineitem, then the
+  # Python-vs-Rust read times and the handover times (bench.py).
+  py=$work/py
+  rm -rf "$py"
+  python3 -m pip install -q --no-deps --no-index --target "$py" "$work"/wheels/*.whl > "$OUT/python-install.log" 2>&1
+  note "python install: rc=$? ($(ls "$work"/wheels | tr '\n' ' '))"
+  export PYTHONPATH=$py:$PWD/crates/gpq-python/tests
+  export GPQ_NVCOMP_WORKER=$work/bin/gpq-nvcomp-worker
+  mkdir -p "$data/sf10"
+  f=$data/sf10/lineitem.parquet
+  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  cat "$f" > /dev/null
+  GPQ_LINEITEM=$f timeout 900 python3 -m pytest -v -p no:cacheprovider crates/gpq-python/tests > "$OUT/python-tests.log" 2>&1
+  note "python tests: $(tail -1 "$OUT/python-tests.log")"
+  grep -E "FAILED|ERROR" "$OUT/python-tests.log" | head -20 | tee -a "$summary"
+  timeout 600 python3 crates/gpq-python/bench/bench.py "$f" --gpq "$work/bin/gpq" 2>&1 | tee "$OUT/python-bench.txt" | tee -a "$summary"
 }
 
 for s in "$@"; do

@@ -11,6 +11,8 @@
 #   .device/core  the core crate's test binaries, the criterion benches, the
 #                 parquet-testing corpus, the regression files, and the fuzzer
 #                 (gpq-fuzz, fuzz.py: run.sh stage fuzz)
+#   .device/python  (DEVICE_BUNDLES=python) the Python package's wheel with
+#                 nanoarrow and pytest: run.sh stage python
 #   .device/df    the DataFusion crate's TPC-H test binary (and, with
 #                 DEVICE_DF_TESTS, .device/df2 with its other test binaries)
 # SKIP_BENCHES=1 skips the criterion benches (a build of its own).
@@ -28,11 +30,15 @@ cargo build --release -p gpq-fuzz
 cargo build --release -p gpq --bin gpq-nvcomp-worker
 # DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
 # tests, the CLI and the fuzzer), skipping the DataFusion test binary.
+# DEVICE_BUNDLES=python builds and stages only the Python bundle (the CLI,
+# the package's wheel, nanoarrow and pytest).
 bundles=${DEVICE_BUNDLES:-core,df}
 if [ "$bundles" = core ]; then tests=(-p gpq); else tests=(--workspace); fi
-cargo test --release "${tests[@]}" --no-run --message-format=json 2>/dev/null > "$stage/test.json"
+if [ "$bundles" = python ]; then : > "$stage/test.json"; else
+  cargo test --release "${tests[@]}" --no-run --message-format=json 2>/dev/null > "$stage/test.json"
+fi
 # SKIP_BENCHES=1 leaves the criterion benches out (stage criterion then has nothing to run).
-if [ "${SKIP_BENCHES:-0}" = 1 ]; then : > "$stage/bench.json"; else
+if [ "${SKIP_BENCHES:-0}" = 1 ] || [ "$bundles" = python ]; then : > "$stage/bench.json"; else
   cargo bench -p gpq --no-run --message-format=json 2>/dev/null > "$stage/bench.json"
 fi
 
@@ -114,16 +120,30 @@ if [ -n "${DEVICE_CORE_TESTS:-}" ]; then
 else
   core=(bin/gpq bin/gpq-nvcomp-worker bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
 fi
-bundle core "${core[@]}"
+if [ "$bundles" = python ]; then
+  # The package's abi3 wheel (release, as `pip install` builds it), and the
+  # pure-Python wheels the device's Python 3.12 may lack.
+  echo "== building the Python wheel"
+  venv=target/pyenv
+  [ -x $venv/bin/python ] || python3 -m venv $venv
+  $venv/bin/pip install -q --disable-pip-version-check "maturin>=1.9,<2"
+  mkdir -p "$stage/wheels"
+  (cd crates/gpq-python && ../../$venv/bin/maturin build --release --strip -o "$stage/wheels")
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 -d "$stage/wheels" nanoarrow pytest
+  bundle python bin/gpq bin/gpq-nvcomp-worker lib wheels
+else
+  bundle core "${core[@]}"
+fi
 # The DataFusion crate's test binaries are ~120 MB each (stripped): the df
 # bundle carries the TPC-H one (22 queries, GPU backend); the others
 # (DEVICE_DF_TESTS, e.g. "changed_files gpu_context_lost") go in a df2 bundle.
-if [ "$bundles" != core ]; then
+if [ "$bundles" != core ] && [ "$bundles" != python ]; then
   bundle df bin/gpq bin/gpq-nvcomp-worker bin/test-tpch lib
   df2=(); for t in ${DEVICE_DF_TESTS:-}; do df2+=(bin/test-$t); done
   if [ ${#df2[@]} -gt 0 ]; then bundle df2 bin/gpq-nvcomp-worker "${df2[@]}" lib; fi
 fi
-rm -rf "$stage/bin" "$stage/lib" "$stage/data"
+rm -rf "$stage/bin" "$stage/lib" "$stage/data" "$stage/wheels"
 echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
 echo "                          or:  command: bash .device/df/run.sh tests tpch-bench   carry: [\".device/df\"]"

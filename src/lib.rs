@@ -18,9 +18,11 @@
 //! | to look at what a read would do (columns, row groups, IO ranges) | [`ReadPlan`] |
 //! | the decoded columns back on the host as arrow-rs arrays | [`DeviceTable::to_record_batch`] or, faster, [`DeviceTable::to_record_batch_pinned`] |
 //! | options from `GPQ_*` environment variables, as the CLI does | [`ReadOptions::from_env`] |
+//! | to hand a table, a column or a stream of batches to another GPU library without a copy (cuDF, nanoarrow, anything that imports `ArrowDeviceArray`) | [`DeviceTable::to_device_array`], [`DeviceTable::column_to_device_array`], [`DeviceBatchReader::into_device_stream`] ([`arrow::c_device`]) |
+//! | a fixed-width column, or any buffer of a column, as a DLPack tensor (PyTorch, CuPy, JAX) | [`DeviceColumn::values_tensor`], [`DeviceColumn::buffer_tensor`] ([`arrow::dlpack`]) |
 //!
 //! SQL over Parquet decoded by gpq is the `gpq-datafusion` crate; the `gpq`
-//! command line is `gpq-cli`.
+//! command line is `gpq-cli`; the Python package `gpq` is `gpq-python`.
 //!
 //! ## Layout
 //!
