@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 source scripts/nvrtc-env.sh
 venv=$PWD/target/pyenv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "maturin>=1.9,<2" "pytest>=7" "pyarrow>=14" "numpy>=1.22"
+"$venv/bin/pip" install -q --disable-pip-version-check "maturin>=1.9,<2" "pytest>=7" "pyarrow>=16" "numpy>=1.22"
 (cd crates/gpq-python && VIRTUAL_ENV=$venv PATH=$venv/bin:$PATH maturin develop -q --features emulator)
 env -u GPQ_EMULATE "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/gpq-python/tests
 GPQ_EMULATE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/gpq-python/tests

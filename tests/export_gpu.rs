@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "stream_yields_every_batch_then_ends", stream_yields_every_batch),
         gpu_trial(&device, "stream_errors_are_sticky_and_named", stream_errors_are_sticky),
         gpu_trial(&device, "fixed_width_columns_are_dlpack_tensors", dlpack_tensors),
+        gpu_trial(&device, "exports_keep_the_threads_current_context", exports_keep_current_context),
     ])
 }
 
@@ -259,7 +260,7 @@ fn stream_errors_are_sticky(_: &Arc<GpuContext>) {
     let mut s = reader.into_device_stream();
     assert_eq!(stream_next(&mut s).unwrap().unwrap().array.length, 700);
     assert_eq!(stream_next(&mut s).unwrap().unwrap().array.length, 1);
-    let (code, text) = stream_next(&mut s).err().expect("the corrupt file's batch is an error");
+    let (code, text) = stream_next(&mut s).expect_err("the corrupt file's batch is an error");
     assert_eq!(code, EIO);
     assert!(text.contains("part-2.parquet") && text.contains("row group 1"), "{text}");
     assert_eq!(stream_next(&mut s).err().map(|e| e.0), Some(code), "the error stays");
@@ -308,4 +309,31 @@ fn dlpack_tensors(ctx: &Arc<GpuContext>) {
     assert!(weak.upgrade().is_some(), "the versioned tensor still holds the table");
     unsafe { ((*versioned).deleter.unwrap())(versioned) };
     assert!(weak.upgrade().is_none());
+}
+
+/// The context current on this thread (null for none).
+fn current_context() -> cudarc::driver::sys::CUcontext {
+    let mut c = std::ptr::null_mut();
+    assert_eq!(unsafe { cudarc::driver::sys::cuCtxGetCurrent(&mut c) }, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+    c
+}
+
+fn exports_keep_current_context(ctx: &Arc<GpuContext>) {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    if ctx.is_emulated() {
+        return; // no CUDA contexts on the emulator
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_sample(&dir.path().join("s.parquet"), 3000, 1000, Compression::SNAPPY);
+    // A thread with no current context (as a consumer's thread may be) stays without one.
+    unsafe { cudarc::driver::sys::cuCtxSetCurrent(std::ptr::null_mut()) };
+    let table = gpq::cuda::keeping_current_context(|| read(&path));
+    assert!(current_context().is_null(), "a read wrapped in keeping_current_context");
+    let whole = table.to_device_array().unwrap();
+    let tensor = table.columns()[0].values_tensor().unwrap().into_dlpack(table.clone());
+    assert!(current_context().is_null(), "exports keep the caller's context");
+    drop(table);
+    drop(whole);
+    unsafe { ((*tensor).deleter.unwrap())(tensor) };
+    assert!(current_context().is_null(), "releases (which synchronize and free) keep the caller's context");
 }

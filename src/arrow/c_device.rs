@@ -20,7 +20,13 @@
 //! `sync_event` points at a CUDA event (a `CUevent*`) recorded after the
 //! last work that wrote the buffers: reads return with their work finished,
 //! so the event has completed by the time a consumer sees it; it is there
-//! because consumers are entitled to wait on one. The buffers belong to the
+//! because consumers are entitled to wait on one. When a consumer releases
+//! its export, the device is synchronized before the reference goes: work
+//! the consumer queued on its own streams may still read the buffers, and
+//! freed memory goes back to the pool the next read allocates from. The
+//! buffers are shared, not copied: a consumer that writes to them changes
+//! the table. Export and release keep the calling thread's current CUDA
+//! context. The buffers belong to the
 //! device's primary context and its default memory pool, which is where
 //! CuPy, PyTorch and cuDF allocate too. On gpq's CPU emulator the buffers
 //! are host memory and exports say so (`ARROW_DEVICE_CPU`, no event), which
@@ -243,6 +249,19 @@ struct Keep {
     _extra: Vec<DeviceBuffer>,
     event: Option<GpuEvent>,
     _stream: Option<Arc<GpuStream>>,
+    ctx: Option<Arc<GpuContext>>,
+}
+
+impl Drop for Keep {
+    /// The consumer released its last array, but the work it queued on its
+    /// own streams may still be reading the buffers; freeing them (here, or
+    /// later with the table) returns the memory to a pool that the next read
+    /// takes from. So the device finishes that work first.
+    fn drop(&mut self) {
+        if let Some(ctx) = &self.ctx {
+            let _ = ctx.synchronize();
+        }
+    }
 }
 
 /// Builds one export: walks the columns, allocates what the format needs
@@ -269,6 +288,8 @@ impl Exporter {
     }
 
     fn export(mut self, owner: Arc<dyn Any + Send + Sync>, root: impl FnOnce(&mut Exporter) -> Result<Node>) -> Result<FFI_ArrowDeviceArray> {
+        // The caller's thread keeps its current context.
+        let _bound = self.ctx.as_ref().map(|c| c.bind_scoped()).transpose()?;
         let root = root(&mut self)?;
         let (device_type, device_id) = match &self.ctx {
             Some(ctx) if ctx.is_emulated() => (ARROW_DEVICE_CPU, 0),
@@ -284,7 +305,8 @@ impl Exporter {
             }
             _ => None,
         };
-        let keep = Arc::new(Keep { _owner: owner, _extra: self.extra, event, _stream: self.stream });
+        let ctx = self.ctx.filter(|c| !c.is_emulated());
+        let keep = Arc::new(Keep { _owner: owner, _extra: self.extra, event, _stream: self.stream, ctx });
         let sync_event = keep.event.as_ref().and_then(GpuEvent::handle_ptr).map_or(std::ptr::null_mut(), |p| p.cast_mut());
         Ok(FFI_ArrowDeviceArray { array: ffi_array(root, &keep), device_id, device_type, sync_event, reserved: [0; 3] })
     }
@@ -490,7 +512,8 @@ unsafe fn with_state(stream: *mut FFI_ArrowDeviceArrayStream, f: impl FnOnce(&mu
     if let Some((code, _)) = &state.error {
         return *code;
     }
-    match catch_unwind(AssertUnwindSafe(|| f(state))) {
+    // Reads bind gpq's context; the consumer's thread keeps its own.
+    match catch_unwind(AssertUnwindSafe(|| crate::cuda::keeping_current_context(|| f(state)))) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => state.fail(&e),
         Err(_) => state.fail(&Error::Internal("a panic inside gpq's device stream".into())),

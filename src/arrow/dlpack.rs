@@ -17,8 +17,11 @@
 //! structs a consumer takes over, holding a reference to whatever owns the
 //! memory (the table) until the consumer calls the deleter. As with the
 //! Arrow export, reads return with their work finished, so no stream
-//! synchronization is owed to the consumer; on the CPU emulator the tensors
-//! are host memory (`kDLCPU`).
+//! synchronization is owed to the consumer; when the consumer calls the
+//! deleter, the device finishes the consumer's queued work before the
+//! memory may be freed. The memory is shared, and writable: a consumer that
+//! writes to it changes the table. On the CPU emulator the tensors are host
+//! memory (`kDLCPU`).
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -285,6 +288,22 @@ impl DeviceColumn {
 struct TensorState {
     _owner: Arc<dyn Any + Send + Sync>,
     shape: [i64; 1],
+    device: DLDevice,
+}
+
+impl Drop for TensorState {
+    /// As for Arrow exports (see [`super::c_device`]): the consumer's queued
+    /// work finishes before the memory may go back to the pool.
+    fn drop(&mut self) {
+        if self.device.device_type == KDL_CUDA {
+            // (Looking the context up binds it: the consumer's thread keeps its own.)
+            crate::cuda::keeping_current_context(|| {
+                if let Ok(ctx) = crate::cuda::GpuContext::get(self.device.device_id as usize) {
+                    let _ = ctx.synchronize();
+                }
+            });
+        }
+    }
 }
 
 impl DeviceTensor {
@@ -305,7 +324,7 @@ impl DeviceTensor {
     /// `owner` (whatever keeps the memory) until the consumer calls its
     /// deleter, which it must do exactly once.
     pub fn into_dlpack(self, owner: Arc<dyn Any + Send + Sync>) -> *mut DLManagedTensor {
-        let mut state = Box::new(TensorState { _owner: owner, shape: [0] });
+        let mut state = Box::new(TensorState { _owner: owner, shape: [0], device: self.device });
         let dl_tensor = self.dl_tensor(&mut state);
         Box::into_raw(Box::new(DLManagedTensor { dl_tensor, manager_ctx: Box::into_raw(state).cast(), deleter: Some(delete_managed) }))
     }
@@ -313,7 +332,7 @@ impl DeviceTensor {
     /// The tensor as a DLPack 1.x `DLManagedTensorVersioned` on the heap,
     /// as [`DeviceTensor::into_dlpack`] does.
     pub fn into_dlpack_versioned(self, owner: Arc<dyn Any + Send + Sync>) -> *mut DLManagedTensorVersioned {
-        let mut state = Box::new(TensorState { _owner: owner, shape: [0] });
+        let mut state = Box::new(TensorState { _owner: owner, shape: [0], device: self.device });
         let dl_tensor = self.dl_tensor(&mut state);
         Box::into_raw(Box::new(DLManagedTensorVersioned {
             version: DLPACK_VERSION,

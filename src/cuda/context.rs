@@ -265,6 +265,38 @@ impl GpuContext {
         }
     }
 
+    /// Makes this context current on the calling thread until the guard
+    /// drops, then the one that was current before: for threads gpq does not
+    /// own (a consumer's release callback, a Python caller), whose current
+    /// context belongs to their own CUDA code.
+    pub fn bind_scoped(&self) -> Result<BoundContext> {
+        match self.backend {
+            Backend::Cuda { ctx, .. } => {
+                let mut previous = std::ptr::null_mut();
+                // SAFETY: valid out pointer.
+                check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut previous) })?;
+                if previous == ctx {
+                    return Ok(BoundContext { previous: None });
+                }
+                // SAFETY: the context is retained for the life of the process.
+                check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+                Ok(BoundContext { previous: Some(previous) })
+            }
+            Backend::Emulated => Ok(BoundContext { previous: None }),
+        }
+    }
+
+    /// Waits for all work queued in the context: gpq's, and that of any
+    /// other library using it (the consumers of exported columns).
+    pub fn synchronize(&self) -> Result<()> {
+        if self.is_emulated() || self.is_lost() {
+            return Ok(());
+        }
+        let _bound = self.bind_scoped()?;
+        // SAFETY: the context is current.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(u64, u64)> {
         if self.is_emulated() {
@@ -409,6 +441,45 @@ impl std::fmt::Debug for GpuContext {
     }
 }
 
+/// The context that was current on a thread before
+/// [`GpuContext::bind_scoped`]; made current again when this drops.
+#[must_use = "the previous context is restored when the guard drops"]
+pub struct BoundContext {
+    previous: Option<sys::CUcontext>,
+}
+
+impl Drop for BoundContext {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // SAFETY: restores what the driver reported as current (possibly none).
+            unsafe {
+                sys::cuCtxSetCurrent(previous);
+            }
+        }
+    }
+}
+
+/// Runs `f`, then makes the CUDA context that was current on the calling
+/// thread before it current again. gpq binds its context to the threads it
+/// reads on; a caller that shares its thread with other CUDA code (Python,
+/// with CuPy or PyTorch; a host application) wraps its calls in this so
+/// that their current device does not change under them.
+pub fn keeping_current_context<T>(f: impl FnOnce() -> T) -> T {
+    let previous = driver().ok().and_then(|_| {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: valid out pointer; the driver is initialised.
+        (unsafe { sys::cuCtxGetCurrent(&mut c) } == sys::CUresult::CUDA_SUCCESS).then_some(c)
+    });
+    let out = f();
+    if let Some(c) = previous {
+        // SAFETY: restores what the driver reported as current (possibly none).
+        unsafe {
+            sys::cuCtxSetCurrent(c);
+        }
+    }
+    out
+}
+
 /// A CUDA stream, destroyed when the last reference goes.
 pub struct GpuStream {
     stream: sys::CUstream,
@@ -518,7 +589,7 @@ impl Drop for GpuStream {
         if self.ctx.is_emulated() || self.ctx.is_lost() {
             return;
         }
-        let _ = self.ctx.bind();
+        let _bound = self.ctx.bind_scoped();
         // SAFETY: the stream is not used after this; pending work completes first.
         unsafe {
             sys::cuStreamSynchronize(self.stream);

@@ -319,7 +319,9 @@ impl Drop for DeviceBuffer {
             // The context's reset freed the memory with everything else.
             return;
         }
-        let _ = self.ctx.bind();
+        // Buffers drop on any thread (a consumer's release of an export): its
+        // current context is put back afterwards.
+        let _bound = self.ctx.bind_scoped();
         // SAFETY: the pointer came from the matching allocator and is not used again.
         unsafe {
             match &self.alloc {

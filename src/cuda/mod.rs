@@ -13,7 +13,9 @@
 mod context;
 mod memory;
 
-pub use context::{ContextKey, DEADLINE, GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, use_emulator};
+pub use context::{
+    BoundContext, ContextKey, DEADLINE, GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, keeping_current_context, use_emulator,
+};
 pub use memory::{DeviceBuffer, MemoryBudget, PinnedBuffer};
 pub(crate) use memory::{as_bytes, from_bytes};
 

@@ -83,6 +83,7 @@ pub struct DeviceReaderBuilder {
     options: ReadOptions,
     limit: Option<usize>,
     batch_rows: Option<usize>,
+    pass_bytes: Option<u64>,
     memory_limit: Option<u64>,
     prefetch: bool,
     decode_ahead: Option<usize>,
@@ -126,6 +127,7 @@ impl DeviceReaderBuilder {
             options: ReadOptions::default(),
             limit: None,
             batch_rows: None,
+            pass_bytes: None,
             memory_limit: None,
             prefetch: true,
             decode_ahead: None,
@@ -203,6 +205,15 @@ impl DeviceReaderBuilder {
         self
     }
 
+    /// At most `bytes` of column chunks (the compressed bytes the pass
+    /// reads) per batch, at least one row group: a bound on the size of a
+    /// read that does not depend on the device (a query engine's unit of
+    /// work, say). Combines with the row and memory bounds.
+    pub fn with_pass_bytes(mut self, bytes: u64) -> Self {
+        self.pass_bytes = Some(bytes.max(1));
+        self
+    }
+
     /// The most device memory the reader may hold at once: the pass being
     /// decoded (its chunks, decompressed pages, scratch and the columns
     /// being built) and the next pass's chunks being read. Tables already
@@ -267,7 +278,7 @@ impl DeviceReaderBuilder {
                 None => vec![per_rg],
             };
             for run in runs {
-                let grouped = group_passes(run, self.batch_rows, self.memory_limit, self.prefetch);
+                let grouped = group_passes(run, self.batch_rows, self.pass_bytes, self.memory_limit, self.prefetch);
                 passes.extend(grouped.into_iter().map(|p| Pass { file: fi, ..p }));
             }
         }
@@ -450,17 +461,18 @@ fn select_rows(per_rg: Vec<Pass>, selection: &RowSelection) -> Vec<Vec<Pass>> {
 }
 
 /// Groups consecutive entries of one run into passes (see the module doc):
-/// at most `batch_rows` kept rows; with a memory limit and prefetch, a
-/// pass's working memory and its own chunks (standing for the next pass's,
-/// read beside it) within the limit.
-fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
+/// at most `batch_rows` kept rows and `pass_bytes` of chunks; with a memory
+/// limit and prefetch, a pass's working memory and its own chunks (standing
+/// for the next pass's, read beside it) within the limit.
+fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, pass_bytes: Option<u64>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
     let need = |working: u64, chunks: u64| if prefetch { working.saturating_add(chunks) } else { working };
     let mut passes: Vec<Pass> = Vec::new();
     for rg in run {
         let fits = passes.last().is_some_and(|p| {
             let rows_ok = batch_rows.is_none_or(|b| p.keep + rg.keep <= b as u64);
+            let bytes_ok = pass_bytes.is_none_or(|b| p.chunks.saturating_add(rg.chunks) <= b);
             let mem_ok = memory_limit.is_none_or(|l| need(p.working.saturating_add(rg.working), p.chunks.saturating_add(rg.chunks)) <= l);
-            rows_ok && mem_ok
+            rows_ok && bytes_ok && mem_ok
         });
         match passes.last_mut() {
             Some(p) if fits => {
@@ -903,15 +915,18 @@ mod tests {
     }
 
     #[test]
-    fn runs_group_by_kept_rows_and_memory() {
+    fn runs_group_by_kept_rows_bytes_and_memory() {
         let run = select_rows(rgs(&[100, 100, 100, 100]), &selection(&[(true, 50), (false, 300)])).remove(0);
         // Kept rows per row group: 50, 100, 100, 50.
-        assert_eq!(shape(&group_passes(run.clone(), None, None, true)), vec![(vec![0, 1, 2, 3], 50, 300)]);
-        assert_eq!(shape(&group_passes(run.clone(), Some(150), None, true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        assert_eq!(shape(&group_passes(run.clone(), None, None, None, true)), vec![(vec![0, 1, 2, 3], 50, 300)]);
+        assert_eq!(shape(&group_passes(run.clone(), Some(150), None, None, true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        // Chunks of 100 bytes a row group: 250 bytes a pass holds two; 50, one (at least one).
+        assert_eq!(shape(&group_passes(run.clone(), None, Some(250), None, true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        assert_eq!(group_passes(run.clone(), None, Some(50), None, true).len(), 4);
         // Working 1000 and chunks 100 a row group: a limit of 2,200 holds two with their chunks.
-        assert_eq!(shape(&group_passes(run.clone(), None, Some(2200), true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        assert_eq!(shape(&group_passes(run.clone(), None, None, Some(2200), true)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
         // 2,000: two row groups fit without the prefetch's share, one with it.
-        assert_eq!(shape(&group_passes(run.clone(), None, Some(2000), false)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
-        assert_eq!(group_passes(run, None, Some(2000), true).len(), 4);
+        assert_eq!(shape(&group_passes(run.clone(), None, None, Some(2000), false)), vec![(vec![0, 1], 50, 150), (vec![2, 3], 0, 150)]);
+        assert_eq!(group_passes(run, None, None, Some(2000), true).len(), 4);
     }
 }

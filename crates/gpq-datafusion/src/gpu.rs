@@ -1,30 +1,33 @@
-//! The GPU backend: gpq reads and decodes a partition's row groups on the
-//! device, then copies the columns to the host through pinned memory
-//! ([`gpq::DeviceTable::to_record_batch_pinned`]).
+//! The GPU backend: each run of a partition's row groups in one file is read
+//! by gpq's batch reader ([`gpq::DeviceReaderBuilder`]), and each of its
+//! batches copied to the host through pinned memory
+//! ([`gpq::DeviceTable::to_record_batch_staged`]).
 //!
-//! Consecutive row groups of one file are gathered into one device read
-//! ([`gpq::read_parquet_to_device_with_footer`]) until their projected compressed bytes
-//! reach [`GpqTableOptions::gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes).
-//! The device decodes whole row groups; page-index selections are applied
-//! after the copy by zero-copy slicing, so pruned pages cost IO and decode
-//! time but never reach the query. What the GPU cannot decode (an
-//! `Unsupported` error, raised before any IO) is decoded on the CPU when
-//! fallback is allowed, logged and counted.
+//! The reader cuts the run into passes of whole row groups of about
+//! [`GpqTableOptions::gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes)
+//! of projected compressed bytes, reads the next pass while the device
+//! decodes the current one, and, given the page index's row selections,
+//! reads and decodes only the pages that hold selected rows, cut on the
+//! device: pruned pages cost neither IO nor decode time. A scan's row limit
+//! goes to the reader too, so the last pages it would not need stay unread.
 //!
-//! A device read that loses the GPU context ([`gpq::Error::is_context_lost`])
-//! is decoded on the CPU instead of failing the query, logged and counted
-//! (`gpu_context_lost_fallbacks`); when the device could not be reset, the
-//! rest of the partition decodes on the CPU too. Errors that are the file's
-//! fault ([`gpq::Error::is_bad_input`]) still fail the query: corrupt data
-//! never falls back silently.
+//! What the GPU cannot decode (an `Unsupported` error, raised before any IO)
+//! is decoded on the CPU when fallback is allowed, logged and counted. A read
+//! that loses the GPU context ([`gpq::Error::is_context_lost`]) is finished on
+//! the CPU instead of failing the query (the rows already sent are not sent
+//! again), logged and counted (`gpu_context_lost_fallbacks`); when the device
+//! could not be reset, the rest of the partition decodes on the CPU too.
+//! Errors that are the file's fault ([`gpq::Error::is_bad_input`]) still fail
+//! the query: corrupt data never falls back silently.
 
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use tracing::warn;
 
-use gpq::{ColumnSelector, Error, read_parquet_to_device_with_footer};
+use gpq::{ColumnSelector, DeviceReaderBuilder, DeviceTable, Error};
 
 use crate::cpu::read_run;
 use crate::file::GpqFile;
@@ -36,56 +39,57 @@ use crate::units::ScanUnit;
 #[derive(Debug)]
 pub(crate) struct GpuDecoder;
 
+/// Passes one partition's reader decodes at once: the partitions already
+/// share the device, and each pass in flight holds its own memory.
+const DECODE_AHEAD: usize = 2;
+
 impl Decoder for GpuDecoder {
     fn produce(&self, scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
         // Set when the device lost its context and could not get a fresh one:
         // the rest of the partition decodes on the CPU.
         let mut device_gone = false;
         for run in file_runs(&scan.units) {
-            for group in device_reads(run, scan.options.gpu_read_bytes) {
-                if device_gone {
-                    scan.metrics.gpu_context_lost_fallbacks.add(1);
-                    read_run(scan, group, sink)?;
-                } else {
-                    device_gone = read_group(scan, group, sink)?;
-                }
-                if sink.done() {
-                    return Ok(());
-                }
+            if device_gone {
+                scan.metrics.gpu_context_lost_fallbacks.add(1);
+                read_run(scan, run, sink)?;
+            } else {
+                device_gone = read_on_device(scan, run, sink)?;
+            }
+            if sink.done() {
+                return Ok(());
             }
         }
         Ok(())
     }
 }
 
-/// Cuts a run of one file's units into device reads of about `target` bytes.
-fn device_reads(units: &[ScanUnit], target: u64) -> Vec<&[ScanUnit]> {
-    let mut groups = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, u) in units.iter().enumerate() {
-        bytes = bytes.saturating_add(u.bytes);
-        if bytes >= target {
-            groups.push(&units[start..=i]);
-            (start, bytes) = (i + 1, 0);
+/// The rows of `units` (consecutive row groups of one file) the scan wants,
+/// as one selection over those row groups; `None` when it wants all.
+fn run_selection(units: &[ScanUnit]) -> Option<RowSelection> {
+    if units.iter().all(|u| u.selection.is_none()) {
+        return None;
+    }
+    let mut selectors: Vec<RowSelector> = Vec::new();
+    for u in units {
+        match &u.selection {
+            Some(s) => selectors.extend(s.iter().copied()),
+            None => selectors.push(RowSelector::select(u.rg_rows)),
         }
     }
-    if start < units.len() {
-        groups.push(&units[start..]);
-    }
-    groups
+    Some(RowSelection::from(selectors))
 }
 
-/// Reads `units` (consecutive row groups of one file) in one device read and
+/// Reads `units` (consecutive row groups of one file) on the device and
 /// sends their batches. Returns whether the device is unusable for the rest
 /// of the partition (it lost its context and could not be reset).
 ///
-/// A read that loses the GPU context is decoded on the CPU instead (logged,
-/// counted in `gpu_context_lost_fallbacks`): nothing of it was sent yet, so
-/// the CPU answers it whole. A read the GPU cannot decode falls back the same
-/// way when [`GpqTableOptions::gpu_fallback`](crate::GpqTableOptions::gpu_fallback)
+/// A read that loses the GPU context is finished on the CPU (logged,
+/// counted in `gpu_context_lost_fallbacks`), skipping the rows the device
+/// already sent. A read the GPU cannot decode goes to the CPU the same way
+/// when [`GpqTableOptions::gpu_fallback`](crate::GpqTableOptions::gpu_fallback)
 /// allows. Any other error, above all one that is the file's fault, fails
 /// the scan.
-fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Result<bool> {
+fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Result<bool> {
     let Some(first) = units.first() else {
         return Ok(false);
     };
@@ -93,66 +97,64 @@ fn read_group(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Resu
         DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
     })?;
     let (roots, positions) = read_layout(file, &scan.columns);
-    let batch = match device_read(scan, file, &roots, units) {
-        Ok(batch) => batch,
+    let wanted: usize = units.iter().fold(0usize, |acc, u| acc.saturating_add(u.rows));
+    let mut sent = 0usize;
+    let result = (|| -> gpq::Result<()> {
+        let mut reader = reader(scan, file, &roots, units, sink.remaining())?;
+        for batch in reader.by_ref() {
+            let table = batch?;
+            let batch = copy_to_host(scan, table)?;
+            if sent.saturating_add(batch.num_rows()) > wanted {
+                return Err(Error::Internal(format!(
+                    "device read of {} returned more than the {wanted} rows selected",
+                    file.path.display()
+                )));
+            }
+            sent += batch.num_rows();
+            let batch = conform(&batch, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
+            if !sink.send(vec![batch]) {
+                break;
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Ok(false),
         Err(e) if falls_back_to_cpu(&e) => {
-            let gone = !matches!(
-                e,
-                Error::GpuContextLost {
-                    recovered: true,
-                    ..
-                }
-            );
+            let gone = !matches!(e, Error::GpuContextLost { recovered: true, .. });
             warn!(
                 file = %file.path.display(),
                 row_groups = units.len(),
+                rows_sent = sent,
                 error = %e,
-                "GPU context lost during a device read, decoding it on the CPU{}",
+                "GPU context lost during a device read, finishing it on the CPU{}",
                 if gone { " (and the rest of the partition: the device could not be reset)" } else { "" }
             );
             scan.metrics.gpu_context_lost_fallbacks.add(1);
+            sink.skip(sent);
             read_run(scan, units, sink)?;
-            return Ok(gone);
+            Ok(gone)
         }
         Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
             warn!(file = %file.path.display(), row_groups = units.len(), "GPU cannot decode this read, decoding on the CPU: {e}");
             scan.metrics.gpu_fallback_row_groups.add(units.len());
+            sink.skip(sent);
             read_run(scan, units, sink)?;
-            return Ok(false);
+            Ok(false)
         }
-        Err(e) => return Err(to_df_error(e)),
-    };
-
-    let expected = units
-        .iter()
-        .try_fold(0usize, |acc, u| acc.checked_add(u.rg_rows));
-    if expected != Some(batch.num_rows()) {
-        return Err(DataFusionError::Execution(format!(
-            "gpq: device read of {} returned {} rows, the footer says {}",
-            file.path.display(),
-            batch.num_rows(),
-            expected.map_or_else(|| "more than a usize holds".to_string(), |n| n.to_string())
-        )));
+        Err(e) => Err(to_df_error(e)),
     }
-    let batch = conform(&batch, &positions, &scan.schema)?;
-    sink.send(selected_slices(&batch, units));
-    Ok(false)
 }
 
-/// Whether a device read that failed with `e` is answered by the CPU: the
-/// GPU context was lost, and the file is not at fault.
-fn falls_back_to_cpu(e: &Error) -> bool {
-    e.is_context_lost() && !e.is_bad_input()
-}
-
-/// Reads and decodes the file's top-level fields `roots` of the row groups
-/// of `units` on the device and copies them to the host, recording metrics.
-fn device_read(
+/// The batch reader of `units` (row groups of `file`): the top-level fields
+/// `roots`, the page index's selections, at most `limit` rows.
+fn reader(
     scan: &PartitionScan,
     file: &GpqFile,
     roots: &[usize],
     units: &[ScanUnit],
-) -> gpq::Result<RecordBatch> {
+    limit: Option<usize>,
+) -> gpq::Result<gpq::DeviceBatchReader> {
     let options = scan
         .options
         .read
@@ -163,22 +165,33 @@ fn device_read(
         return Err(Error::GpuContextLost {
             device: options.device,
             call: "injected fault",
-            detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)"
-                .into(),
+            detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
             recovered: true,
         });
     }
-    let table = read_parquet_to_device_with_footer(&file.path, file.footer.clone(), &options)?;
+    let mut builder = DeviceReaderBuilder::new_with_footer(&file.path, file.footer.clone())
+        .with_options(options)
+        .with_pass_bytes(scan.options.gpu_read_bytes)
+        .with_decode_ahead(DECODE_AHEAD);
+    if let Some(selection) = run_selection(units) {
+        builder = builder.with_row_selection(selection);
+    }
+    if let Some(limit) = limit {
+        builder = builder.with_limit(limit);
+    }
+    builder.build()
+}
+
+/// Copies a decoded batch to the host, recording the read's metrics.
+fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordBatch> {
     let m = &scan.metrics;
     let stats = table.stats();
     m.device_reads.add(1);
     m.plan_time.add_duration(stats.plan);
     m.decompress_time.add_duration(stats.decompress);
-    m.decode_time
-        .add_duration(stats.page_headers + stats.decode);
+    m.decode_time.add_duration(stats.page_headers + stats.decode);
     if let Some(io) = &stats.io {
-        m.bytes_read
-            .add(usize::try_from(io.bytes_read).unwrap_or(usize::MAX));
+        m.bytes_read.add(usize::try_from(io.bytes_read).unwrap_or(usize::MAX));
         m.io_time.add_duration(io.wall);
         let mut seen = scan.io_paths.lock().unwrap_or_else(|p| p.into_inner());
         if !seen.iter().any(|p| p == io.path.name()) {
@@ -195,27 +208,10 @@ fn device_read(
     Ok(batch)
 }
 
-/// The rows of each unit that its selection keeps, as slices of `batch`.
-fn selected_slices(batch: &RecordBatch, units: &[ScanUnit]) -> Vec<RecordBatch> {
-    let mut pieces = Vec::new();
-    let mut offset = 0;
-    for u in units {
-        match &u.selection {
-            None => pieces.push(batch.slice(offset, u.rg_rows)),
-            Some(selection) => {
-                let (mut at, end) = (offset, offset + u.rg_rows);
-                for s in selection.iter() {
-                    let n = s.row_count.min(end - at);
-                    if !s.skip && n > 0 {
-                        pieces.push(batch.slice(at, n));
-                    }
-                    at += n;
-                }
-            }
-        }
-        offset += u.rg_rows;
-    }
-    pieces
+/// Whether a device read that failed with `e` is answered by the CPU: the
+/// GPU context was lost, and the file is not at fault.
+fn falls_back_to_cpu(e: &Error) -> bool {
+    e.is_context_lost() && !e.is_bad_input()
 }
 
 #[cfg(test)]
@@ -252,11 +248,15 @@ mod tests {
     }
 
     #[test]
-    fn groups_reads_by_bytes() {
-        let units = vec![unit(10), unit(10), unit(30), unit(5)];
-        let lens: Vec<usize> = device_reads(&units, 20).iter().map(|g| g.len()).collect();
-        assert_eq!(lens, vec![2, 1, 1]);
-        assert_eq!(device_reads(&units, 1).len(), 4);
-        assert_eq!(device_reads(&units, 1000).len(), 1);
+    fn run_selections_join_the_units() {
+        let all = vec![unit(10), unit(10)];
+        assert!(run_selection(&all).is_none());
+        let mut some = all.clone();
+        some[0].rg_rows = 100;
+        some[1].rg_rows = 50;
+        some[1].selection = Some(RowSelection::from(vec![RowSelector::skip(20), RowSelector::select(30)]));
+        let sel = run_selection(&some).unwrap();
+        let selectors: Vec<RowSelector> = sel.iter().copied().collect();
+        assert_eq!(selectors, vec![RowSelector::select(100), RowSelector::skip(20), RowSelector::select(30)]);
     }
 }

@@ -65,9 +65,10 @@ pub struct GpqTableOptions {
     pub read: ReadOptions,
     /// Prune pages with the page index where a file has one (default on).
     pub page_index: bool,
-    /// GPU backend: a partition reads consecutive row groups of a file in
-    /// one device read until their projected compressed bytes reach this
-    /// (at least one row group per read).
+    /// GPU backend: the batch reader of a run of a partition's row groups
+    /// reads passes of consecutive row groups up to this many projected
+    /// compressed bytes (at least one row group per pass), the next pass
+    /// read while the device decodes the current one.
     pub gpu_read_bytes: u64,
     /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
     /// encodings the kernels lack), logged and counted in the
@@ -124,7 +125,7 @@ impl GpqTableOptions {
         self
     }
 
-    /// Set the target compressed bytes per device read.
+    /// Sets the projected compressed bytes per pass of a device read.
     pub fn with_gpu_read_bytes(mut self, bytes: u64) -> Self {
         self.gpu_read_bytes = bytes.max(1);
         self

@@ -119,6 +119,9 @@ pub(crate) struct Sink {
     rows: usize,
     limit: Option<usize>,
     closed: bool,
+    /// Rows of the next batches to drop (already sent by a read that failed
+    /// part-way and is being done again on the CPU).
+    skip: usize,
 }
 
 impl Sink {
@@ -129,7 +132,14 @@ impl Sink {
             rows: 0,
             limit,
             closed: false,
+            skip: 0,
         }
+    }
+
+    /// Drops the first `rows` rows of what is sent next: a read that failed
+    /// after sending them is being done again from its start.
+    pub fn skip(&mut self, rows: usize) {
+        self.skip = rows;
     }
 
     /// Sends `batches` (one message); returns false once nothing more is wanted.
@@ -137,7 +147,18 @@ impl Sink {
         if self.done() {
             return false;
         }
-        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        let mut batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if self.skip > 0 {
+            let mut kept = Vec::with_capacity(batches.len());
+            for b in batches {
+                let drop = self.skip.min(b.num_rows());
+                self.skip -= drop;
+                if drop < b.num_rows() {
+                    kept.push(b.slice(drop, b.num_rows() - drop));
+                }
+            }
+            batches = kept;
+        }
         if !batches.is_empty() {
             let rows = batches
                 .iter()
@@ -215,4 +236,41 @@ pub(crate) fn read_layout(file: &GpqFile, columns: &[usize]) -> (Vec<usize>, Vec
         .map(|r| roots.binary_search(r).unwrap_or(0))
         .collect();
     (roots, positions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(first: i32, rows: i32) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from_iter_values(first..first + rows))]).unwrap()
+    }
+
+    fn received(rx: &mut mpsc::Receiver<Result<Message>>) -> Vec<i32> {
+        let mut out = Vec::new();
+        while let Ok(Ok(Message::Batches(bs))) = rx.try_recv() {
+            for b in bs {
+                let a = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+                out.extend(a.values().iter().copied());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn skipped_rows_are_not_sent_again() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = Sink::new(tx, Some(250));
+        assert!(sink.send(vec![batch(0, 100)]));
+        // The read fails after 100 rows and starts again from its first row.
+        sink.skip(100);
+        assert!(sink.send(vec![batch(0, 60), batch(60, 60)]));
+        assert!(sink.send(vec![batch(120, 100)]));
+        assert!(!sink.send(vec![batch(220, 100)]), "the limit of 250 rows is reached (the stream cuts the last batch)");
+        assert!(!sink.send(vec![batch(320, 10)]), "nothing more is sent");
+        assert_eq!(received(&mut rx), (0..320).collect::<Vec<i32>>(), "every row once, in order");
+    }
 }

@@ -154,20 +154,27 @@ async fn lost_context_read_is_answered_on_the_cpu() {
         assert_eq!(metric(&scan, "gpu_context_lost_fallbacks"), 0, "{q}");
 
         // The first device read of the scan loses the context: the CPU
-        // answers it, the other reads stay on the device, same answer.
+        // answers it and the rest of its partition's run of row groups (one
+        // file: a run is one batch reader), the other partition stays on the
+        // device (one row group a pass), same answer.
         let (actual, scan) = run(&lossy, q).await;
         assert_eq!(text(&actual), text(&expected), "{q}: after a lost context");
         assert_eq!(metric(&scan, "gpu_context_lost_fallbacks"), 1, "{q}");
         assert_eq!(metric(&scan, "gpu_fallback_row_groups"), 0, "{q}");
-        let scanned: usize = scan
+        let partitions: Vec<usize> = scan
             .as_ref()
             .downcast_ref::<GpqScanExec>()
             .unwrap()
             .partition_row_groups()
             .iter()
             .map(Vec::len)
-            .sum();
-        assert_eq!(metric(&scan, "device_reads"), scanned - 1, "{q}");
+            .collect();
+        let scanned: usize = partitions.iter().sum();
+        let reads = metric(&scan, "device_reads");
+        assert!(
+            partitions.iter().any(|&p| p > 0 && reads == scanned - p),
+            "{q}: {reads} device reads of partitions of {partitions:?} row groups, one partition on the CPU"
+        );
     }
 }
 

@@ -441,7 +441,7 @@ async fn gpu_backend_tpch(emulated: bool) {
     queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
     let ours = context(2);
     let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false);
-    queries::register_tables(&ours, &dir, &TableSource::Gpq(gpu)).await.unwrap();
+    queries::register_tables(&ours, &dir, &TableSource::Gpq(gpu.clone())).await.unwrap();
     for n in list {
         let t0 = Instant::now();
         let expected = queries::run_query(&builtin, n).await.unwrap();
@@ -462,4 +462,19 @@ async fn gpu_backend_tpch(emulated: bool) {
     assert!(reads > 0 && reads <= scanned, "{reads} device reads for {scanned} row groups");
     assert!(metric(&scans[0], "bytes_read") > 0);
     assert_eq!(metric(&scans[0], "gpu_fallback_row_groups"), 0);
+
+    // Pages the index prunes are neither read nor decoded: the same scan
+    // without the page index reads more bytes for the same answer.
+    let q = "select count(*), sum(l_quantity), max(l_comment) from lineitem where l_orderkey < 3000";
+    let (batches, scans) = run_with_scans(&ours, q).await;
+    let expected = sql(&builtin, q).await;
+    assert_same_rows(q, &expected, &batches);
+    let (pruned, with_index) = (metric(&scans[0], "page_index_rows_pruned"), metric(&scans[0], "bytes_read"));
+    let plain = context(2);
+    queries::register_tables(&plain, &dir, &TableSource::Gpq(gpu.clone().with_page_index(false))).await.unwrap();
+    let (batches, scans) = run_with_scans(&plain, q).await;
+    assert_same_rows(q, &expected, &batches);
+    let without = metric(&scans[0], "bytes_read");
+    assert!(pruned > 0, "the page index prunes rows of {q}");
+    assert!(with_index < without, "{with_index} bytes read with the page index, {without} without");
 }

@@ -19,6 +19,13 @@ mod errors;
 mod table;
 
 use errors::{invalid, py_err};
+
+/// Runs `f` (anything that may bind gpq's CUDA context to this thread) and
+/// puts back the context that was current: the Python thread's current
+/// device belongs to CuPy, PyTorch and the like.
+pub(crate) fn cuda_scope<T>(f: impl FnOnce() -> T) -> T {
+    gpq::cuda::keeping_current_context(f)
+}
 use table::{HostArray, PyBatchReader, PyBuffer, PyColumn, PySchema, PyTable};
 
 /// One path, or several (a list or tuple of paths).
@@ -77,7 +84,7 @@ fn read_parquet(
     verify_checksums: bool,
 ) -> PyResult<PyTable> {
     let options = read_options(py, columns, row_groups, device, io, decompress, io_threads, memory_limit, verify_checksums)?;
-    let table = py.detach(move || gpq::read_parquet_to_device(&path, &options)).map_err(|e| py_err(py, e))?;
+    let table = py.detach(move || cuda_scope(|| gpq::read_parquet_to_device(&path, &options))).map_err(|e| py_err(py, e))?;
     Ok(PyTable { table: Arc::new(table) })
 }
 
@@ -109,7 +116,7 @@ fn read_parquet_batches(
         Paths::Many(v) => v,
     };
     let reader = py
-        .detach(move || {
+        .detach(move || cuda_scope(|| {
             let mut b = DeviceReaderBuilder::try_new_files(&files)?.with_options(options);
             if let Some(r) = batch_rows {
                 b = b.with_batch_rows(r);
@@ -124,7 +131,7 @@ fn read_parquet_batches(
                 b = b.with_decode_ahead(d);
             }
             b.build()
-        })
+        }))
         .map_err(|e| py_err(py, e))?;
     let schema = reader.schema().clone();
     Ok(PyBatchReader { reader: Mutex::new(Some(reader)), schema })
@@ -146,7 +153,7 @@ fn read_schema(py: Python<'_>, path: PathBuf, columns: Option<Vec<String>>) -> P
 /// package was built with it and `GPQ_EMULATE=1`).
 #[pyfunction]
 fn device_available() -> bool {
-    gpq::cuda::device_available() || gpq::cuda::GpuContext::get(0).is_ok_and(|c| c.is_emulated())
+    cuda_scope(|| gpq::cuda::device_available() || gpq::cuda::GpuContext::get(0).is_ok_and(|c| c.is_emulated()))
 }
 
 /// Bytes of gpq's device buffers alive now on `device` (tables, and
@@ -154,7 +161,7 @@ fn device_available() -> bool {
 #[pyfunction]
 #[pyo3(signature = (device=0))]
 fn live_device_bytes(py: Python<'_>, device: usize) -> PyResult<u64> {
-    let ctx = gpq::cuda::GpuContext::get(device).map_err(|e| py_err(py, e))?;
+    let ctx = cuda_scope(|| gpq::cuda::GpuContext::get(device)).map_err(|e| py_err(py, e))?;
     Ok(ctx.live_buffer_bytes())
 }
 

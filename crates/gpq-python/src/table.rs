@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::capsules;
+use crate::cuda_scope;
 use crate::errors::{export_err, invalid, py_err};
 
 /// A table in device memory (one read, or one batch of a batch reader).
@@ -83,8 +84,14 @@ fn dlpack<'py>(
         return Err(export_err(py, format!("dl_device={d:?}: the memory is on device {:?}", (tensor.device.device_type, tensor.device.device_id))));
     }
     // Reads return with their kernels finished: no stream owes a wait.
-    if max_version.is_some_and(|(major, _)| major >= 1) {
-        capsules::dltensor_versioned_capsule(py, tensor.into_dlpack_versioned(table_owner(table)))
+    if let Some((major, minor)) = max_version.filter(|(major, _)| *major >= 1) {
+        let t = tensor.into_dlpack_versioned(table_owner(table));
+        if major == 1 {
+            // Never a newer minor version than the consumer knows (1.1 only added types).
+            // SAFETY: `t` was just made and is not shared yet.
+            unsafe { (*t).version.minor = (*t).version.minor.min(minor) };
+        }
+        capsules::dltensor_versioned_capsule(py, t)
     } else {
         capsules::dltensor_capsule(py, tensor.into_dlpack(table_owner(table)))
     }
@@ -161,8 +168,13 @@ impl HostArray {
     }
 }
 
-fn host_array(py: Python<'_>, array: &dyn Array) -> PyResult<HostArray> {
-    let (a, s) = to_ffi(&array.to_data()).map_err(|e| py_err(py, e.into()))?;
+/// `array` for pyarrow; `schema` replaces the type-only schema (to carry a
+/// record batch's metadata).
+fn host_array(py: Python<'_>, array: &dyn Array, schema: Option<&Schema>) -> PyResult<HostArray> {
+    let (a, mut s) = to_ffi(&array.to_data()).map_err(|e| py_err(py, e.into()))?;
+    if let Some(schema) = schema {
+        s = FFI_ArrowSchema::try_from(schema).map_err(|e| py_err(py, e.into()))?;
+    }
     Ok(HostArray { parts: Mutex::new(Some((a, s))) })
 }
 
@@ -266,8 +278,9 @@ impl PyTable {
     /// A host copy as a `pyarrow.Table`.
     fn to_arrow<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let table = self.table.clone();
-        let batch = py.detach(move || table.to_record_batch()).map_err(|e| py_err(py, e))?;
-        let holder = host_array(py, &StructArray::from(batch))?;
+        let batch = py.detach(move || cuda_scope(|| table.to_record_batch())).map_err(|e| py_err(py, e))?;
+        let schema = batch.schema();
+        let holder = host_array(py, &StructArray::from(batch), Some(schema.as_ref()))?;
         let pa = py.import("pyarrow")?;
         let batch = pa.call_method1("record_batch", (holder,))?;
         pa.getattr("Table")?.call_method1("from_batches", (vec![batch],))
@@ -389,8 +402,8 @@ impl PyColumn {
     /// A host copy as a `pyarrow.Array`.
     fn to_arrow<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (table, index) = (self.table.clone(), self.index);
-        let array = py.detach(move || table.columns()[index].to_array()).map_err(|e| py_err(py, e))?;
-        let holder = host_array(py, array.as_ref())?;
+        let array = py.detach(move || cuda_scope(|| table.columns()[index].to_array())).map_err(|e| py_err(py, e))?;
+        let holder = host_array(py, array.as_ref(), None)?;
         py.import("pyarrow")?.call_method1("array", (holder,))
     }
 
@@ -518,17 +531,19 @@ impl PyBatchReader {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<PyTable> {
-        // Taken out for the read, which runs without the GIL: no lock is
-        // held then (another thread's `__next__` meanwhile ends at once).
-        let Some(mut reader) = self.reader.lock().unwrap().take() else {
-            return Err(PyStopIteration::new_err(()));
-        };
-        let (next, reader) = py.detach(move || (reader.next(), reader));
-        match next {
-            Some(Ok(t)) => {
-                *self.reader.lock().unwrap() = Some(reader);
-                Ok(PyTable { table: Arc::new(t) })
+        // The lock is taken and the read done without the GIL: a second
+        // thread's `__next__` waits for this one's batch, then reads the next.
+        let next = py.detach(|| {
+            let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            let next = cuda_scope(|| guard.as_mut().and_then(Iterator::next));
+            if !matches!(next, Some(Ok(_))) {
+                // The end, or an error (which ends the batches).
+                *guard = None;
             }
+            next
+        });
+        match next {
+            Some(Ok(t)) => Ok(PyTable { table: Arc::new(t) }),
             Some(Err(e)) => Err(py_err(py, e)),
             None => Err(PyStopIteration::new_err(())),
         }
@@ -544,12 +559,17 @@ impl PyBatchReader {
         kwargs: Option<Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = (requested_schema, kwargs);
-        let reader = self.reader.lock().unwrap().take().ok_or_else(|| export_err(py, "this batch reader was already consumed or handed over"))?;
+        let reader = py
+            .detach(|| self.reader.lock().unwrap_or_else(|p| p.into_inner()).take())
+            .ok_or_else(|| export_err(py, "this batch reader was already consumed or handed over"))?;
         capsules::device_stream_capsule(py, reader.into_device_stream())
     }
 
     fn __repr__(&self) -> String {
-        let state = self.reader.lock().unwrap().as_ref().map_or("consumed".to_string(), |r| format!("{} passes", r.num_passes()));
+        let state = match self.reader.try_lock() {
+            Ok(g) => g.as_ref().map_or("consumed".to_string(), |r| format!("{} passes", r.num_passes())),
+            Err(_) => "reading".to_string(),
+        };
         format!("gpq.BatchReader({state})")
     }
 }

@@ -70,11 +70,20 @@ class DeviceStreamReader:
             raise self._error(code)
 
     def next_into(self, buf) -> bool:
-        """Writes the next device array into ``buf``; False at the end."""
+        """Writes the next device array into ``buf`` (releasing the array
+        still there, if the caller did not move it out); False at the end."""
+        release_array(buf)
         code = self.stream.get_next(self.ptr, ctypes.addressof(buf))
         if code:
             raise self._error(code)
         return ctypes.c_void_p.from_buffer(buf, ARRAY_RELEASE).value is not None
+
+
+def release_array(buf) -> None:
+    """Calls the release callback of the (device) array in ``buf`` if it is live."""
+    release = ctypes.c_void_p.from_buffer(buf, ARRAY_RELEASE).value
+    if release is not None:
+        _RELEASE(release)(ctypes.addressof(buf))
 
 
 def device_fields(buf):

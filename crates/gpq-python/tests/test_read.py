@@ -25,6 +25,11 @@ _get_name.argtypes = [ctypes.py_object]
 def capsule_name(capsule) -> bytes:
     return _get_name(capsule)
 
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
 pytestmark = needs_device
 
 #: Whether the "device" memory is host memory (gpq's CPU emulator).
@@ -38,6 +43,7 @@ def test_read_matches_pyarrow(sample):
     assert len(t) == 5000 and t.num_columns == 7
     assert t.column_names == table.column_names
     assert t.to_arrow().equals(pq.read_table(path))
+    assert t.to_arrow().schema.metadata == t.schema.to_pyarrow().metadata, "the file's key-value metadata comes along"
     stats = t.stats
     for key in ["io_path", "decompression", "plan_s", "page_headers_s", "decompress_s", "decode_s", "total_s", "summary"]:
         assert key in stats, key
@@ -110,7 +116,12 @@ def test_dlpack_hands_fixed_width_columns_to_numpy(sample):
     assert offsets.dtype == np.int32 and len(offsets) == 5001
     # Capsules of both protocols: pre-1.0 unless the consumer asks for 1.x.
     assert capsule_name(t["id"].__dlpack__()) == b"dltensor"
-    assert capsule_name(t["id"].__dlpack__(max_version=(1, 0))) == b"dltensor_versioned"
+    versioned = t["id"].__dlpack__(max_version=(1, 0))
+    assert capsule_name(versioned) == b"dltensor_versioned"
+    # DLManagedTensorVersioned starts with its version: never newer than asked.
+    version = (ctypes.c_uint32 * 2).from_address(_get_pointer(versioned, b"dltensor_versioned"))
+    assert tuple(version) == (1, 0)
+    assert tuple((ctypes.c_uint32 * 2).from_address(_get_pointer(t["id"].__dlpack__(max_version=(1, 5)), b"dltensor_versioned"))) == (1, 1)
     # No CUDA Array Interface for host memory.
     assert not hasattr(t["id"], "__cuda_array_interface__")
 
