@@ -14,11 +14,13 @@
 //!
 //! # Backends
 //!
-//! - [`Backend::Gpu`]: each partition reads and decodes its next row groups on
-//!   the device with [`gpq::read_parquet_to_device`] on a blocking thread
-//!   while the previous ones are consumed (one read in flight, one waiting),
-//!   then copies them to the host. The device decodes whole row groups;
-//!   page-index selections are applied after the copy by zero-copy slicing.
+//! - [`Backend::Gpu`]: each partition reads its row groups of each file with
+//!   gpq's batch reader ([`gpq::DeviceReaderBuilder`]) on a blocking thread
+//!   while the previous batches are consumed, in passes of about
+//!   [`GpqTableOptions::gpu_read_bytes`] (the next pass read while the device
+//!   decodes one), then copies each batch to the host. Page-index selections
+//!   and the scan's limit go to the reader, which reads and decodes only the
+//!   pages holding selected rows and cuts them on the device.
 //!   Columns the GPU cannot decode (nested types, encodings the kernels lack)
 //!   are decoded on the CPU instead, logged and counted
 //!   (`gpu_fallback_row_groups`), unless [`GpqTableOptions::gpu_fallback`] is

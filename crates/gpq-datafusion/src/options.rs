@@ -102,7 +102,7 @@ impl Default for GpqTableOptions {
 }
 
 impl GpqTableOptions {
-    /// Defaults: automatic backend, page index on, 64 MiB device reads, CPU fallback on.
+    /// Defaults: automatic backend, page index on, 64 MiB device passes, CPU fallback on.
     pub fn new() -> Self {
         Self::default()
     }
