@@ -28,7 +28,7 @@ pub(crate) struct CpuDecoder;
 impl Decoder for CpuDecoder {
     fn produce(&self, scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
         for run in file_runs(&scan.units) {
-            read_run(scan, run, sink)?;
+            read_run(scan, run, 0, sink)?;
             if sink.done() {
                 break;
             }
@@ -37,8 +37,10 @@ impl Decoder for CpuDecoder {
     }
 }
 
-/// Reads `units` (all of one file) and sends their batches.
-pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> Result<()> {
+/// Reads `units` (all of one file) and sends their batches, less the first
+/// `skip` rows of their selection (sent already by a device read that failed
+/// part-way).
+pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], skip: usize, sink: &mut Sink) -> Result<()> {
     let Some(first) = units.first() else {
         return Ok(());
     };
@@ -69,6 +71,9 @@ pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink
     if units.iter().any(|u| u.selection.is_some()) {
         builder = builder.with_row_selection(joined_selection(units));
     }
+    if skip > 0 {
+        builder = builder.with_offset(skip);
+    }
     if let Some(rest) = sink.remaining() {
         builder = builder.with_limit(rest);
     }
@@ -94,7 +99,7 @@ pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink
 }
 
 /// One selection over the concatenated row groups of `units`.
-fn joined_selection(units: &[ScanUnit]) -> RowSelection {
+pub(crate) fn joined_selection(units: &[ScanUnit]) -> RowSelection {
     let mut selectors: Vec<RowSelector> = Vec::new();
     for u in units {
         match &u.selection {

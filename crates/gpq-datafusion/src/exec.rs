@@ -72,6 +72,7 @@ pub struct GpqScanExec {
     io_paths: Arc<Mutex<Vec<String>>>,
     /// Tests only: device reads still to fail with an injected context loss.
     injected_faults: Arc<AtomicUsize>,
+    injected_after: Arc<AtomicUsize>,
     properties: Arc<PlanProperties>,
 }
 
@@ -114,6 +115,7 @@ impl GpqScanExec {
             MetricBuilder::new(&metrics).global_counter(name).add(value);
         }
         let injected_faults = Arc::new(AtomicUsize::new(parts.options.inject_gpu_context_loss));
+        let injected_after = Arc::new(AtomicUsize::new(parts.options.inject_gpu_context_loss_after));
         GpqScanExec {
             parts,
             schema,
@@ -121,6 +123,7 @@ impl GpqScanExec {
             metrics,
             io_paths: Arc::new(Mutex::new(Vec::new())),
             injected_faults,
+            injected_after,
             properties: Arc::new(properties),
         }
     }
@@ -292,6 +295,7 @@ impl ExecutionPlan for GpqScanExec {
             metrics: PartitionMetrics::new(&self.metrics, partition),
             io_paths: Arc::clone(&self.io_paths),
             injected_faults: Arc::clone(&self.injected_faults),
+            injected_after: Arc::clone(&self.injected_after),
         };
         execute(scan, BaselineMetrics::new(&self.metrics, partition))
     }

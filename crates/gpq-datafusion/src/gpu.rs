@@ -5,18 +5,24 @@
 //!
 //! The reader cuts the run into passes of whole row groups of about
 //! [`GpqTableOptions::gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes)
-//! of projected compressed bytes, reads the next pass while the device
-//! decodes the current one, and, given the page index's row selections,
-//! reads and decodes only the pages that hold selected rows, cut on the
-//! device: pruned pages cost neither IO nor decode time. A scan's row limit
-//! goes to the reader too, so the last pages it would not need stay unread.
+//! of projected compressed bytes and reads the next pass while the device
+//! decodes the current one. With the page index's row selections it reads
+//! and decodes, of each row group, only the pages of its span (its first to
+//! its last selected row), cut on the device; pages before and after the
+//! span cost neither IO nor decode time. Each row group is read once, however
+//! many runs of selected rows it has: the rows between them are cut on the
+//! host after the copy. A scan's row limit goes to the reader too where the
+//! spans hold only selected rows, so the last pages it would not need stay
+//! unread.
 //!
-//! What the GPU cannot decode (an `Unsupported` error, raised before any IO)
-//! is decoded on the CPU when fallback is allowed, logged and counted. A read
-//! that loses the GPU context ([`gpq::Error::is_context_lost`]) is finished on
-//! the CPU instead of failing the query (the rows already sent are not sent
-//! again), logged and counted (`gpu_context_lost_fallbacks`); when the device
-//! could not be reset, the rest of the partition decodes on the CPU too.
+//! What the GPU cannot decode (an `Unsupported` error, raised before any IO
+//! or, rarely, while decoding) is decoded on the CPU when fallback is
+//! allowed, logged and counted. A read that loses the GPU context
+//! ([`gpq::Error::is_context_lost`]) is finished on the CPU instead of
+//! failing the query, from the first row the device did not send, logged and
+//! counted (`gpu_context_lost_fallbacks`, one per run); when the device could
+//! not be reset, the rest of the partition decodes on the CPU too. A device
+//! read that returns other than the rows selected is an error.
 //! Errors that are the file's fault ([`gpq::Error::is_bad_input`]) still fail
 //! the query: corrupt data never falls back silently.
 
@@ -39,9 +45,11 @@ use crate::units::ScanUnit;
 #[derive(Debug)]
 pub(crate) struct GpuDecoder;
 
-/// Passes one partition's reader decodes at once: the partitions already
-/// share the device, and each pass in flight holds its own memory.
-const DECODE_AHEAD: usize = 2;
+/// Passes one partition's reader decodes at once. One: the partitions
+/// already keep the device busy together, and each pass in flight holds its
+/// own device memory (the reader still reads the next pass's chunks while
+/// the current one decodes).
+const DECODE_AHEAD: usize = 1;
 
 impl Decoder for GpuDecoder {
     fn produce(&self, scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
@@ -51,7 +59,7 @@ impl Decoder for GpuDecoder {
         for run in file_runs(&scan.units) {
             if device_gone {
                 scan.metrics.gpu_context_lost_fallbacks.add(1);
-                read_run(scan, run, sink)?;
+                read_run(scan, run, 0, sink)?;
             } else {
                 device_gone = read_on_device(scan, run, sink)?;
             }
@@ -63,20 +71,107 @@ impl Decoder for GpuDecoder {
     }
 }
 
-/// The rows of `units` (consecutive row groups of one file) the scan wants,
-/// as one selection over those row groups; `None` when it wants all.
-fn run_selection(units: &[ScanUnit]) -> Option<RowSelection> {
-    if units.iter().all(|u| u.selection.is_none()) {
-        return None;
-    }
-    let mut selectors: Vec<RowSelector> = Vec::new();
-    for u in units {
-        match &u.selection {
-            Some(s) => selectors.extend(s.iter().copied()),
-            None => selectors.push(RowSelector::select(u.rg_rows)),
+/// How a run is read on the device: one span of rows per unit, from its
+/// first selected row to its last (a row group with several selected runs
+/// is still read once, only the pages of its span), and within each span the
+/// rows the page index keeps, cut on the host after the copy.
+struct RunSpans {
+    /// For the reader: each unit's span (`None`: every row of every unit).
+    selection: Option<RowSelection>,
+    /// Per unit, its span's rows and the selectors inside it (`None`: all).
+    spans: Vec<(usize, Option<Vec<RowSelector>>)>,
+}
+
+impl RunSpans {
+    fn new(units: &[ScanUnit]) -> RunSpans {
+        let mut reader: Vec<RowSelector> = Vec::new();
+        let mut spans = Vec::with_capacity(units.len());
+        for u in units {
+            let Some(selection) = &u.selection else {
+                reader.push(RowSelector::select(u.rg_rows));
+                spans.push((u.rg_rows, None));
+                continue;
+            };
+            // The span: from the first selected row to the end of the last.
+            let (mut at, mut first, mut end) = (0usize, None, 0usize);
+            for s in selection.iter() {
+                if !s.skip && s.row_count > 0 {
+                    first.get_or_insert(at);
+                    end = at + s.row_count;
+                }
+                at += s.row_count;
+            }
+            let first = first.unwrap_or(0).min(u.rg_rows);
+            let end = end.clamp(first, u.rg_rows);
+            reader.extend([RowSelector::skip(first), RowSelector::select(end - first), RowSelector::skip(u.rg_rows - end)]);
+            // The selectors inside the span.
+            let mut inner: Vec<RowSelector> = Vec::new();
+            let mut at = 0usize;
+            for s in selection.iter() {
+                let (a, b) = (at.max(first), (at + s.row_count).min(end));
+                at += s.row_count;
+                if a < b {
+                    inner.push(if s.skip { RowSelector::skip(b - a) } else { RowSelector::select(b - a) });
+                }
+            }
+            let whole = inner.iter().all(|s| !s.skip);
+            spans.push((end - first, (!whole).then_some(inner)));
         }
+        let all = units.iter().all(|u| u.selection.is_none());
+        RunSpans { selection: (!all).then(|| RowSelection::from(reader)), spans }
     }
-    Some(RowSelection::from(selectors))
+
+    /// Whether the reader's rows are the scan's rows (no gaps inside spans).
+    fn exact(&self) -> bool {
+        self.spans.iter().all(|(_, inner)| inner.is_none())
+    }
+
+    /// Rows the reader returns for the run.
+    fn span_rows(&self) -> usize {
+        self.spans.iter().fold(0usize, |acc, (n, _)| acc.saturating_add(*n))
+    }
+}
+
+/// Walks a run's batches through its spans: which rows of each batch the
+/// scan keeps.
+struct SpanCursor<'a> {
+    spans: &'a [(usize, Option<Vec<RowSelector>>)],
+    /// The span being walked, and the rows of it already seen.
+    unit: usize,
+    seen: usize,
+}
+
+impl SpanCursor<'_> {
+    /// The slices of `batch` (the reader's next rows) the scan keeps.
+    fn keep(&mut self, batch: &RecordBatch) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        while at < batch.num_rows() && self.unit < self.spans.len() {
+            let (len, inner) = &self.spans[self.unit];
+            let take = (len - self.seen).min(batch.num_rows() - at);
+            match inner {
+                None => out.push(batch.slice(at, take)),
+                Some(selectors) => {
+                    // The selected parts of span rows [seen, seen + take).
+                    let (mut pos, lo, hi) = (0usize, self.seen, self.seen + take);
+                    for s in selectors {
+                        let (a, b) = (pos.max(lo), (pos + s.row_count).min(hi));
+                        if !s.skip && a < b {
+                            out.push(batch.slice(at + a - lo, b - a));
+                        }
+                        pos += s.row_count;
+                    }
+                }
+            }
+            at += take;
+            self.seen += take;
+            if self.seen == *len {
+                self.unit += 1;
+                self.seen = 0;
+            }
+        }
+        out
+    }
 }
 
 /// Reads `units` (consecutive row groups of one file) on the device and
@@ -84,8 +179,8 @@ fn run_selection(units: &[ScanUnit]) -> Option<RowSelection> {
 /// of the partition (it lost its context and could not be reset).
 ///
 /// A read that loses the GPU context is finished on the CPU (logged,
-/// counted in `gpu_context_lost_fallbacks`), skipping the rows the device
-/// already sent. A read the GPU cannot decode goes to the CPU the same way
+/// counted in `gpu_context_lost_fallbacks`) from the first row the device
+/// did not send. A read the GPU cannot decode goes to the CPU the same way
 /// when [`GpqTableOptions::gpu_fallback`](crate::GpqTableOptions::gpu_fallback)
 /// allows. Any other error, above all one that is the file's fault, fails
 /// the scan.
@@ -97,24 +192,49 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
         DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
     })?;
     let (roots, positions) = read_layout(file, &scan.columns);
+    let spans = RunSpans::new(units);
     let wanted: usize = units.iter().fold(0usize, |acc, u| acc.saturating_add(u.rows));
-    let mut sent = 0usize;
+    let limit = sink.remaining();
+    // Rows sent to the sink, and whether the sink wanted no more.
+    let (mut sent, mut stopped) = (0usize, false);
     let result = (|| -> gpq::Result<()> {
-        let mut reader = reader(scan, file, &roots, units, sink.remaining())?;
-        for batch in reader.by_ref() {
-            let table = batch?;
-            let batch = copy_to_host(scan, table)?;
-            if sent.saturating_add(batch.num_rows()) > wanted {
+        let mut reader = reader(scan, file, &roots, units, &spans, limit)?;
+        let mut cursor = SpanCursor { spans: &spans.spans, unit: 0, seen: 0 };
+        let mut read = 0usize;
+        loop {
+            if scan.take_injected_fault() {
+                return Err(Error::GpuContextLost {
+                    device: scan.options.read.device,
+                    call: "injected fault",
+                    detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
+                    recovered: true,
+                });
+            }
+            let Some(table) = reader.next() else { break };
+            let batch = copy_to_host(scan, table?)?;
+            read = read.saturating_add(batch.num_rows());
+            if read > spans.span_rows() {
                 return Err(Error::Internal(format!(
-                    "device read of {} returned more than the {wanted} rows selected",
-                    file.path.display()
+                    "device read of {} returned more than the {} rows it was asked for",
+                    file.path.display(),
+                    spans.span_rows()
                 )));
             }
-            sent += batch.num_rows();
             let batch = conform(&batch, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
-            if !sink.send(vec![batch]) {
+            let pieces = cursor.keep(&batch);
+            sent += pieces.iter().map(RecordBatch::num_rows).sum::<usize>();
+            if !sink.send(pieces) {
+                stopped = true;
                 break;
             }
+        }
+        // Every wanted row came (up to the limit), no fewer.
+        let expected = limit.map_or(wanted, |l| l.min(wanted));
+        if !stopped && sent != expected {
+            return Err(Error::Internal(format!(
+                "device read of {} returned {sent} of the {expected} rows selected",
+                file.path.display()
+            )));
         }
         Ok(())
     })();
@@ -131,15 +251,13 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                 if gone { " (and the rest of the partition: the device could not be reset)" } else { "" }
             );
             scan.metrics.gpu_context_lost_fallbacks.add(1);
-            sink.skip(sent);
-            read_run(scan, units, sink)?;
+            read_run(scan, units, sent, sink)?;
             Ok(gone)
         }
         Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
-            warn!(file = %file.path.display(), row_groups = units.len(), "GPU cannot decode this read, decoding on the CPU: {e}");
+            warn!(file = %file.path.display(), row_groups = units.len(), rows_sent = sent, "GPU cannot decode this read, decoding on the CPU: {e}");
             scan.metrics.gpu_fallback_row_groups.add(units.len());
-            sink.skip(sent);
-            read_run(scan, units, sink)?;
+            read_run(scan, units, sent, sink)?;
             Ok(false)
         }
         Err(e) => Err(to_df_error(e)),
@@ -147,12 +265,14 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
 }
 
 /// The batch reader of `units` (row groups of `file`): the top-level fields
-/// `roots`, the page index's selections, at most `limit` rows.
+/// `roots`, the run's spans, and at most `limit` rows where the spans hold
+/// only the scan's rows (otherwise the rows cut on the host would count).
 fn reader(
     scan: &PartitionScan,
     file: &GpqFile,
     roots: &[usize],
     units: &[ScanUnit],
+    spans: &RunSpans,
     limit: Option<usize>,
 ) -> gpq::Result<gpq::DeviceBatchReader> {
     let options = scan
@@ -161,22 +281,14 @@ fn reader(
         .clone()
         .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
         .with_row_groups(units.iter().map(|u| u.row_group));
-    if scan.take_injected_fault() {
-        return Err(Error::GpuContextLost {
-            device: options.device,
-            call: "injected fault",
-            detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
-            recovered: true,
-        });
-    }
     let mut builder = DeviceReaderBuilder::new_with_footer(&file.path, file.footer.clone())
         .with_options(options)
         .with_pass_bytes(scan.options.gpu_read_bytes)
         .with_decode_ahead(DECODE_AHEAD);
-    if let Some(selection) = run_selection(units) {
-        builder = builder.with_row_selection(selection);
+    if let Some(selection) = &spans.selection {
+        builder = builder.with_row_selection(selection.clone());
     }
-    if let Some(limit) = limit {
+    if let (Some(limit), true) = (limit, spans.exact()) {
         builder = builder.with_limit(limit);
     }
     builder.build()
@@ -247,16 +359,48 @@ mod tests {
         assert!(!falls_back_to_cpu(&Error::Internal("test".into())));
     }
 
+    fn batch(rows: i32) -> RecordBatch {
+        use arrow::array::{ArrayRef, Int32Array};
+        RecordBatch::try_from_iter([("x", std::sync::Arc::new(Int32Array::from_iter_values(0..rows)) as ArrayRef)]).unwrap()
+    }
+
+    fn values(pieces: &[RecordBatch]) -> Vec<i32> {
+        use arrow::array::Int32Array;
+        pieces.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int32Array>().unwrap().values().to_vec()).collect()
+    }
+
     #[test]
-    fn run_selections_join_the_units() {
-        let all = vec![unit(10), unit(10)];
-        assert!(run_selection(&all).is_none());
-        let mut some = all.clone();
-        some[0].rg_rows = 100;
-        some[1].rg_rows = 50;
-        some[1].selection = Some(RowSelection::from(vec![RowSelector::skip(20), RowSelector::select(30)]));
-        let sel = run_selection(&some).unwrap();
-        let selectors: Vec<RowSelector> = sel.iter().copied().collect();
-        assert_eq!(selectors, vec![RowSelector::select(100), RowSelector::skip(20), RowSelector::select(30)]);
+    fn spans_read_each_row_group_once_and_cut_on_the_host() {
+        // Unit 0: all 100 rows. Unit 1: rows 10..20 and 40..50 of 60. Unit 2: rows 5..15 of 30.
+        let mut units = vec![unit(1), unit(1), unit(1)];
+        units[0].rg_rows = 100;
+        units[1].rg_rows = 60;
+        units[1].selection =
+            Some(RowSelection::from(vec![RowSelector::skip(10), RowSelector::select(10), RowSelector::skip(20), RowSelector::select(10), RowSelector::skip(10)]));
+        units[2].rg_rows = 30;
+        units[2].selection = Some(RowSelection::from(vec![RowSelector::skip(5), RowSelector::select(10), RowSelector::skip(15)]));
+        let spans = RunSpans::new(&units);
+        assert!(!spans.exact());
+        // The reader reads one span per row group: 100 + 40 (rows 10..50) + 10 (rows 5..15).
+        assert_eq!(spans.span_rows(), 150);
+        let reader: Vec<RowSelector> = spans.selection.as_ref().unwrap().iter().copied().collect();
+        let total: usize = reader.iter().filter(|s| !s.skip).map(|s| s.row_count).sum();
+        assert_eq!(total, 150);
+        // Its 150 rows, in batches that cut spans anywhere: the scan keeps 100 + 20 + 10.
+        let all = batch(150);
+        for cuts in [vec![150], vec![1, 149], vec![100, 15, 16, 19], vec![70, 70, 10]] {
+            let mut cursor = SpanCursor { spans: &spans.spans, unit: 0, seen: 0 };
+            let mut got = Vec::new();
+            let mut at = 0;
+            for n in cuts {
+                got.extend(cursor.keep(&all.slice(at, n)));
+                at += n;
+            }
+            let want: Vec<i32> = (0..100).chain(100..110).chain(130..150).collect();
+            assert_eq!(values(&got), want);
+        }
+        // Without selections the spans are the row groups, exact.
+        let plain = RunSpans::new(&[unit(1), unit(1)]);
+        assert!(plain.exact() && plain.selection.is_none());
     }
 }

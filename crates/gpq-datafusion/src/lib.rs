@@ -18,9 +18,10 @@
 //!   gpq's batch reader ([`gpq::DeviceReaderBuilder`]) on a blocking thread
 //!   while the previous batches are consumed, in passes of about
 //!   [`GpqTableOptions::gpu_read_bytes`] (the next pass read while the device
-//!   decodes one), then copies each batch to the host. Page-index selections
-//!   and the scan's limit go to the reader, which reads and decodes only the
-//!   pages holding selected rows and cuts them on the device.
+//!   decodes one), then copies each batch to the host. Of each row group it
+//!   reads only the pages of the span the page index selects (first to last
+//!   selected row); rows between the selected runs of a span are cut on the
+//!   host.
 //!   Columns the GPU cannot decode (nested types, encodings the kernels lack)
 //!   are decoded on the CPU instead, logged and counted
 //!   (`gpu_fallback_row_groups`), unless [`GpqTableOptions::gpu_fallback`] is

@@ -80,12 +80,16 @@ pub struct GpqTableOptions {
     /// instead, whatever this says: the data is fine, the device is not. It
     /// is logged and counted in the `gpu_context_lost_fallbacks` metric.
     pub gpu_fallback: bool,
-    /// For tests only, not a stable option: the first this many device reads
+    /// For tests only, not a stable option: the first this many device passes
     /// of each executed scan fail as if the GPU context had been lost
     /// (`gpq::Error::GpuContextLost`), to exercise the CPU fallback without
     /// a failing device. 0 (the default) injects nothing.
     #[doc(hidden)]
     pub inject_gpu_context_loss: usize,
+    /// For tests only, not a stable option: how many device passes of each
+    /// executed scan succeed before the injected losses begin.
+    #[doc(hidden)]
+    pub inject_gpu_context_loss_after: usize,
 }
 
 impl Default for GpqTableOptions {
@@ -97,6 +101,7 @@ impl Default for GpqTableOptions {
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_fallback: true,
             inject_gpu_context_loss: 0,
+            inject_gpu_context_loss_after: 0,
         }
     }
 }
@@ -137,12 +142,20 @@ impl GpqTableOptions {
         self
     }
 
-    /// For tests only: make the first `reads` device reads of each executed
+    /// For tests only: make the first `reads` device passes of each executed
     /// scan fail as if the GPU context had been lost (see
     /// [`GpqTableOptions::inject_gpu_context_loss`]).
     #[doc(hidden)]
     pub fn with_injected_gpu_context_loss(mut self, reads: usize) -> Self {
         self.inject_gpu_context_loss = reads;
+        self
+    }
+
+    /// For tests only: the injected losses begin after `passes` device
+    /// passes of the scan succeeded (a loss in the middle of a run).
+    #[doc(hidden)]
+    pub fn with_injected_gpu_context_loss_after(mut self, passes: usize) -> Self {
+        self.inject_gpu_context_loss_after = passes;
         self
     }
 }

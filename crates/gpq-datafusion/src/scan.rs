@@ -93,12 +93,18 @@ pub(crate) struct PartitionScan {
     /// lost, shared by the partitions of one scan
     /// ([`GpqTableOptions::inject_gpu_context_loss`]).
     pub injected_faults: Arc<AtomicUsize>,
+    /// Tests only: device passes still to succeed before the injected faults.
+    pub injected_after: Arc<AtomicUsize>,
 }
 
 impl PartitionScan {
     /// Whether the next device read is to fail with an injected context loss
     /// (tests only); takes one from the scan's budget of injected faults.
     pub fn take_injected_fault(&self) -> bool {
+        let take = |n: usize| n.checked_sub(1);
+        if self.injected_after.fetch_update(Ordering::SeqCst, Ordering::SeqCst, take).is_ok() {
+            return false;
+        }
         self.injected_faults
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
@@ -119,9 +125,6 @@ pub(crate) struct Sink {
     rows: usize,
     limit: Option<usize>,
     closed: bool,
-    /// Rows of the next batches to drop (already sent by a read that failed
-    /// part-way and is being done again on the CPU).
-    skip: usize,
 }
 
 impl Sink {
@@ -132,14 +135,7 @@ impl Sink {
             rows: 0,
             limit,
             closed: false,
-            skip: 0,
         }
-    }
-
-    /// Drops the first `rows` rows of what is sent next: a read that failed
-    /// after sending them is being done again from its start.
-    pub fn skip(&mut self, rows: usize) {
-        self.skip = rows;
     }
 
     /// Sends `batches` (one message); returns false once nothing more is wanted.
@@ -147,18 +143,7 @@ impl Sink {
         if self.done() {
             return false;
         }
-        let mut batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
-        if self.skip > 0 {
-            let mut kept = Vec::with_capacity(batches.len());
-            for b in batches {
-                let drop = self.skip.min(b.num_rows());
-                self.skip -= drop;
-                if drop < b.num_rows() {
-                    kept.push(b.slice(drop, b.num_rows() - drop));
-                }
-            }
-            batches = kept;
-        }
+        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
         if !batches.is_empty() {
             let rows = batches
                 .iter()
@@ -238,39 +223,3 @@ pub(crate) fn read_layout(file: &GpqFile, columns: &[usize]) -> (Vec<usize>, Vec
     (roots, positions)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::Int32Array;
-    use arrow::datatypes::{DataType, Field, Schema};
-
-    fn batch(first: i32, rows: i32) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
-        RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from_iter_values(first..first + rows))]).unwrap()
-    }
-
-    fn received(rx: &mut mpsc::Receiver<Result<Message>>) -> Vec<i32> {
-        let mut out = Vec::new();
-        while let Ok(Ok(Message::Batches(bs))) = rx.try_recv() {
-            for b in bs {
-                let a = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
-                out.extend(a.values().iter().copied());
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn skipped_rows_are_not_sent_again() {
-        let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = Sink::new(tx, Some(250));
-        assert!(sink.send(vec![batch(0, 100)]));
-        // The read fails after 100 rows and starts again from its first row.
-        sink.skip(100);
-        assert!(sink.send(vec![batch(0, 60), batch(60, 60)]));
-        assert!(sink.send(vec![batch(120, 100)]));
-        assert!(!sink.send(vec![batch(220, 100)]), "the limit of 250 rows is reached (the stream cuts the last batch)");
-        assert!(!sink.send(vec![batch(320, 10)]), "nothing more is sent");
-        assert_eq!(received(&mut rx), (0..320).collect::<Vec<i32>>(), "every row once, in order");
-    }
-}

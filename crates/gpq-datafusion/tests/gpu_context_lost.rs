@@ -39,6 +39,10 @@ fn main() -> ExitCode {
             runtime()?.block_on(lost_context_read_is_answered_on_the_cpu());
             Ok(())
         }),
+        trial("lost_context_mid_run_resumes_where_it_stopped", || {
+            runtime()?.block_on(lost_context_mid_run_resumes_where_it_stopped());
+            Ok(())
+        }),
         trial("corrupt_data_still_fails_on_the_gpu_backend", || {
             runtime()?.block_on(corrupt_data_still_fails_on_the_gpu_backend());
             Ok(())
@@ -175,6 +179,32 @@ async fn lost_context_read_is_answered_on_the_cpu() {
             partitions.iter().any(|&p| p > 0 && reads == scanned - p),
             "{q}: {reads} device reads of partitions of {partitions:?} row groups, one partition on the CPU"
         );
+    }
+}
+
+/// A context lost in the middle of a run (after some of its passes were
+/// sent): the CPU finishes it from the first row not sent, with and without
+/// a limit; one partition, so that the rows' order is the file's.
+async fn lost_context_mid_run_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    write_file(&path);
+    let one = || SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+    let cpu = one();
+    register_gpq(&cpu, "t", &path, GpqTableOptions::new().with_backend(Backend::Cpu)).unwrap();
+    for after in [1, 3, 9] {
+        let lossy = one();
+        register_gpq(&lossy, "t", &path, gpu().with_injected_gpu_context_loss(1).with_injected_gpu_context_loss_after(after)).unwrap();
+        for q in ["select a, b from t", "select a, b from t limit 450", "select a from t where a >= 150 limit 333", "select count(*), sum(a) from t"] {
+            let (expected, _) = run(&cpu, q).await;
+            let (actual, scan) = run(&lossy, q).await;
+            assert_eq!(text(&actual), text(&expected), "{q}: lost after {after} passes");
+            let reads = metric(&scan, "device_reads");
+            let fallbacks = metric(&scan, "gpu_context_lost_fallbacks");
+            // Either the loss came after `after` passes (and the CPU finished the
+            // run), or the scan needed no more passes than that.
+            assert!((fallbacks == 1 && reads == after) || (fallbacks == 0 && reads <= after), "{q}: {reads} reads, {fallbacks} fallbacks");
+        }
     }
 }
 
