@@ -269,6 +269,13 @@ pub enum Error {
     #[error("cannot export: {0}")]
     Export(String),
 
+    /// A predicate the device cannot evaluate as asked: a column type or a
+    /// literal it has no comparison for, a nested column to gather, a
+    /// program deeper than the kernel's stack. The caller filters on the
+    /// host instead.
+    #[error("cannot filter on the device: {0}")]
+    Filter(String),
+
     /// An internal invariant did not hold: a bug in gpq, please report it.
     #[error("internal error in gpq: {0}")]
     Internal(String),
@@ -321,6 +328,7 @@ impl Error {
             Error::OverBudget { .. } => "over-budget",
             Error::SchemaMismatch { .. } => "schema-mismatch",
             Error::Export(_) => "export",
+            Error::Filter(_) => "filter",
             Error::Internal(_) => "internal",
             Error::Arrow(_) => "arrow",
         }

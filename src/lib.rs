@@ -73,7 +73,7 @@ pub use plan::{Footer, ReadPlan, cached_footers, clear_footer_cache, read_footer
 pub use reader::{
     DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
 };
-pub use stats::{DecompressStats, IoStats, OverlapStats, ReadStats, SetupStats};
+pub use stats::{DecompressStats, FilterStats, IoStats, OverlapStats, ReadStats, SetupStats};
 
 /// The main loop of the `gpq-nvcomp-worker` process the library starts to
 /// run nvCOMP in isolation; not for other use.

@@ -116,6 +116,20 @@ pub struct ReadStats {
     /// times (and `decode` the last pass's), which ran beside the IO and
     /// beside each other: only `total` is wall time.
     pub overlap: Option<OverlapStats>,
+    /// The device filter applied to this table, if any
+    /// ([`DeviceTable::filter`](crate::DeviceTable::filter)).
+    pub filter: Option<FilterStats>,
+}
+
+/// What a device filter did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FilterStats {
+    /// Rows evaluated.
+    pub rows_in: usize,
+    /// Rows kept.
+    pub rows_out: usize,
+    /// Wall time: evaluation and gathers, to the last kernel's end.
+    pub time: Duration,
 }
 
 /// How an overlapped read's stages overlapped.

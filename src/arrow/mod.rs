@@ -12,6 +12,8 @@
 //! Other libraries take the buffers without a copy through the Arrow C
 //! Device Data Interface ([`c_device`]: tables, columns, streams of
 //! batches) and DLPack ([`dlpack`]: fixed-width columns and single buffers).
+//! [`filter`] keeps the rows where a predicate holds, on the device, before
+//! anything is copied.
 
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ use crate::stats::{ReadStats, SetupStats};
 
 pub mod c_device;
 pub mod dlpack;
+pub mod filter;
 mod pinned;
 
 pub use c_device::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, device_stream};

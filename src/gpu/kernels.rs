@@ -62,11 +62,29 @@ pub enum Kernel {
     MakeViews,
     /// List offsets widened to `i64` (`copy.cu`).
     WidenOffsets,
+    /// Prefix sums, step 1: the sum of each tile (`scan.cu`).
+    ScanTileSums,
+    /// Prefix sums, step 2: the tiles' bases (`scan.cu`).
+    ScanTileBases,
+    /// Prefix sums, step 3: each value's exclusive sum (`scan.cu`).
+    ScanApply,
+    /// A filter's predicate program, for every row (`filter.cu`).
+    FilterEval,
+    /// The rows a filter kept, in order (`filter.cu`).
+    FilterRows,
+    /// Fixed-width values of listed rows (`gather.cu`).
+    GatherFixed,
+    /// Bits (validity, booleans) of listed rows (`gather.cu`).
+    GatherBits,
+    /// Bytes each listed string or long view needs (`gather.cu`).
+    GatherLengths,
+    /// Strings and views of listed rows (`gather.cu`).
+    GatherStrings,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 19] = [
+    pub const ALL: [Kernel; 28] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -86,6 +104,15 @@ impl Kernel {
         Kernel::PageCrc,
         Kernel::MakeViews,
         Kernel::WidenOffsets,
+        Kernel::ScanTileSums,
+        Kernel::ScanTileBases,
+        Kernel::ScanApply,
+        Kernel::FilterEval,
+        Kernel::FilterRows,
+        Kernel::GatherFixed,
+        Kernel::GatherBits,
+        Kernel::GatherLengths,
+        Kernel::GatherStrings,
     ];
 
     /// The `extern "C"` name of the kernel in the sources.
@@ -110,6 +137,15 @@ impl Kernel {
             Kernel::PageCrc => "gpq_page_crc",
             Kernel::MakeViews => "gpq_make_views",
             Kernel::WidenOffsets => "gpq_widen_offsets",
+            Kernel::ScanTileSums => "gpq_scan_tile_sums",
+            Kernel::ScanTileBases => "gpq_scan_tile_bases",
+            Kernel::ScanApply => "gpq_scan_apply",
+            Kernel::FilterEval => "gpq_filter_eval",
+            Kernel::FilterRows => "gpq_filter_rows",
+            Kernel::GatherFixed => "gpq_gather_fixed",
+            Kernel::GatherBits => "gpq_gather_bits",
+            Kernel::GatherLengths => "gpq_gather_lengths",
+            Kernel::GatherStrings => "gpq_gather_strings",
         }
     }
 }
@@ -130,6 +166,9 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
     ("nesting.cu", include_str!("kernels/nesting.cu")),
     ("views.cu", include_str!("kernels/views.cu")),
+    ("scan.cu", include_str!("kernels/scan.cu")),
+    ("filter.cu", include_str!("kernels/filter.cu")),
+    ("gather.cu", include_str!("kernels/gather.cu")),
 ];
 
 /// Options every compile uses (the architecture is added per device).

@@ -329,6 +329,7 @@ fn table_of(
         decoded_bytes: 0,
         checksummed_pages: decoded.checksummed_pages,
         overlap,
+        filter: None,
     };
     let rows = usize::try_from(plan.num_rows()).map_err(|_| crate::Error::Internal("row count overflow".into()))?;
     // Each column to the plan's rows (a row window's cut: no copy).

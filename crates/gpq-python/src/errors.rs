@@ -18,7 +18,7 @@ pub fn class_of(kind: &str) -> &'static str {
         "open" | "io" | "cufile-unavailable" => "FileError",
         "not-parquet" | "truncated" | "metadata" | "corrupt-page" => "CorruptFileError",
         "schema-mismatch" => "SchemaMismatchError",
-        "unsupported" | "encrypted" => "UnsupportedError",
+        "unsupported" | "encrypted" | "filter" => "UnsupportedError",
         "out-of-device-memory" | "out-of-host-memory" | "over-budget" => "OutOfMemoryError",
         "export" => "ExportError",
         "cuda" | "kernel" | "nvcomp" | "gpu-context-lost" | "backend-mismatch" => "DeviceError",

@@ -25,6 +25,9 @@
 #include "../kernels/check_compressed.cu"
 #include "../kernels/nesting.cu"
 #include "../kernels/views.cu"
+#include "../kernels/scan.cu"
+#include "../kernels/filter.cu"
+#include "../kernels/gather.cu"
 
 namespace gpq_emu {
 
@@ -270,7 +273,16 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_nest_apply)        \
   X(gpq_page_crc)          \
   X(gpq_make_views)        \
-  X(gpq_widen_offsets)
+  X(gpq_widen_offsets)     \
+  X(gpq_scan_tile_sums)    \
+  X(gpq_scan_tile_bases)   \
+  X(gpq_scan_apply)        \
+  X(gpq_filter_eval)       \
+  X(gpq_filter_rows)       \
+  X(gpq_gather_fixed)      \
+  X(gpq_gather_bits)       \
+  X(gpq_gather_lengths)    \
+  X(gpq_gather_strings)
 
 struct KernelEntry {
   const char* name;
