@@ -5,7 +5,8 @@
 //! with gpq; predicates fixed and generated at random are evaluated on the
 //! device (`DeviceTable::filter_columns`) and, on a host copy of the same
 //! table, with arrow's comparison, `LIKE`, Kleene boolean and filter
-//! kernels. The two must keep the same rows with the same values. Ignored
+//! kernels (zeros normalized first, as DataFusion does). The two must keep
+//! the same rows with the same values. Ignored
 //! without a device or the emulator.
 
 mod common;
@@ -126,17 +127,22 @@ fn scalar(t: &DataType, lit: &Literal) -> ArrayRef {
         (DataType::Decimal128(p, s), Literal::Int(v)) => Arc::new(Decimal128Array::from(vec![*v]).with_precision_and_scale(*p, *s).unwrap()),
         (DataType::UInt64, Literal::Int(v)) => Arc::new(UInt64Array::from(vec![*v as u64])),
         (t, Literal::Int(v)) => cast(&(Arc::new(Int64Array::from(vec![*v as i64])) as ArrayRef), t).unwrap(),
-        (_, Literal::Float(f)) => Arc::new(Float64Array::from(vec![*f])),
+        (_, Literal::Float(f)) => Arc::new(Float64Array::from(vec![if *f == 0.0 { 0.0 } else { *f }])),
         (DataType::Binary, Literal::Bytes(b)) => Arc::new(BinaryArray::from(vec![b.as_slice()])),
         (_, Literal::Bytes(b)) => Arc::new(StringArray::from(vec![String::from_utf8(b.clone()).unwrap()])),
         (_, Literal::Bool(b)) => Arc::new(BooleanArray::from(vec![*b])),
     }
 }
 
-/// The column as arrow compares it with `lit`: floats as f64, strings as Utf8.
+/// The column as DataFusion compares it with `lit`: floats as f64 with
+/// -0.0 made 0.0, strings as Utf8.
 fn comparable(a: &ArrayRef, lit: &Literal) -> ArrayRef {
     match (a.data_type(), lit) {
-        (DataType::Float32, _) => cast(a, &DataType::Float64).unwrap(),
+        (DataType::Float32 | DataType::Float64, _) => {
+            let f = cast(a, &DataType::Float64).unwrap();
+            let f = f.as_any().downcast_ref::<Float64Array>().unwrap();
+            Arc::new(f.unary::<_, arrow::datatypes::Float64Type>(|v| if v == 0.0 { 0.0 } else { v }))
+        }
         (DataType::LargeUtf8 | DataType::Utf8View, _) => cast(a, &DataType::Utf8).unwrap(),
         _ => Arc::clone(a),
     }

@@ -11,12 +11,14 @@
 //! every other kernel; the interpretation overhead is a few instructions per
 //! step, small beside reading the column values.
 //!
-//! Semantics follow Arrow's comparison kernels, so that a filter run here
-//! and one run on the host agree row for row: integers, decimals, dates,
-//! times, timestamps and durations compare as integers in the column's
-//! units (a literal is given in those units), floats in IEEE total order
-//! (`-0.0 < 0.0`, NaN above everything and equal to itself), strings and
-//! binary bytewise. `LIKE` takes patterns whose only wildcard is `%`.
+//! Semantics are DataFusion's, so that a filter run here and one run by
+//! DataFusion agree row for row: integers, decimals, dates, times,
+//! timestamps and durations compare as integers in the column's units (a
+//! literal is given in those units), floats in IEEE total order with the
+//! zeros made equal (NaN above everything and equal to itself, `-0.0 =
+//! 0.0`: Arrow's kernels alone order `-0.0` below `0.0`, DataFusion
+//! normalizes zeros first), strings and binary bytewise. `LIKE` takes
+//! patterns whose only wildcard is `%`.
 //!
 //! A predicate the device cannot evaluate on the given columns (a type it
 //! has no comparison for, a literal of the wrong kind, a nested column to
@@ -336,6 +338,8 @@ impl Program {
         match (kind.0, value) {
             (KIND_INT | KIND_UINT, Literal::Int(v)) => Ok(FilterLiteral { a: (*v >> 64) as i64 as u64, b: *v as u64 }),
             (KIND_FLOAT, Literal::Float(f)) => {
+                // -0.0 as 0.0 (the kernel does the same to the column).
+                let f = if *f == 0.0 { 0.0 } else { *f };
                 let bits = f.to_bits() as i64;
                 Ok(FilterLiteral { a: (bits ^ (((bits >> 63) as u64) >> 1) as i64) as u64, b: 0 })
             }
@@ -876,16 +880,17 @@ mod tests {
     }
 
     #[test]
-    fn float_keys_order_as_total_cmp() {
+    fn float_keys_order_as_total_cmp_with_equal_zeros() {
         let kind = |_| Ok((KIND_FLOAT, 8));
         let key = |f: f64| {
             let p = Program::compile(&Predicate::Compare { column: 0, op: CmpOp::Eq, value: Literal::Float(f) }, &kind).unwrap();
             p.literals[0].a as i64
         };
-        let values = [f64::NEG_INFINITY, -1.5, -0.0, 0.0, 1e-300, 2.0, f64::INFINITY, f64::NAN];
+        let values = [f64::NEG_INFINITY, -1.5, -1e-300, 0.0, 1e-300, 2.0, f64::INFINITY, f64::NAN];
         for w in values.windows(2) {
             assert_eq!(key(w[0]).cmp(&key(w[1])), w[0].total_cmp(&w[1]), "{} vs {}", w[0], w[1]);
         }
+        assert_eq!(key(-0.0), key(0.0));
     }
 
     #[test]

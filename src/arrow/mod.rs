@@ -416,6 +416,21 @@ impl DeviceTable {
         self.columns.iter().map(DeviceColumn::device_bytes).sum()
     }
 
+    /// Bytes a copy of the table to the host moves (for nested columns,
+    /// all of their device buffers).
+    pub fn host_copy_bytes(&self) -> u64 {
+        self.columns
+            .iter()
+            .map(|c| {
+                if c.is_nested() {
+                    return c.device_bytes();
+                }
+                let l = c.host_lengths();
+                (l.validity.unwrap_or(0) + l.offsets.unwrap_or(0) + l.values + l.view_data.unwrap_or(0)) as u64
+            })
+            .sum()
+    }
+
     /// Counts `planning` (work done once for several tables) in this table's
     /// plan and total times.
     pub(crate) fn add_plan_time(&mut self, planning: std::time::Duration) {

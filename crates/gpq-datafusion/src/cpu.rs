@@ -4,7 +4,8 @@
 //! `ParquetRecordBatchReader`, with the page-index row selections joined into
 //! one selection, so pruned pages are neither read nor decoded. Reads go
 //! through a counting wrapper of the file, which feeds the `bytes_read` and
-//! `io_time` metrics; the rest of the reader's time is `decode_time`.
+//! `io_time` metrics; the rest of the reader's time is `decode_time`. The
+//! scan's own filters (see the `filter` module) run on each batch on the host.
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -38,8 +39,8 @@ impl Decoder for CpuDecoder {
 }
 
 /// Reads `units` (all of one file) and sends their batches, less the first
-/// `skip` rows of their selection (sent already by a device read that failed
-/// part-way).
+/// `skip` rows of their selection (read already by a device read that failed
+/// part-way; counted before the scan's filters).
 pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], skip: usize, sink: &mut Sink) -> Result<()> {
     let Some(first) = units.first() else {
         return Ok(());
@@ -47,7 +48,7 @@ pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], skip: usize, si
     let file = scan.files.get(first.file).ok_or_else(|| {
         DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
     })?;
-    let (roots, positions) = read_layout(file, &scan.columns);
+    let (roots, positions) = read_layout(file, &scan.read_columns);
     let handle = File::open(&file.path).map_err(|source| {
         to_df_error(gpq::Error::Open {
             file: file.path.clone(),
@@ -74,7 +75,7 @@ pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], skip: usize, si
     if skip > 0 {
         builder = builder.with_offset(skip);
     }
-    if let Some(rest) = sink.remaining() {
+    if let Some(rest) = scan.reader_limit(sink) {
         builder = builder.with_limit(rest);
     }
     let mut reader = builder.build()?;
@@ -89,7 +90,8 @@ pub(crate) fn read_run(scan: &PartitionScan, units: &[ScanUnit], skip: usize, si
         match next {
             None => return Ok(()),
             Some(batch) => {
-                let batch = conform(&batch?, &positions, &scan.schema)?;
+                let batch = conform(&batch?, &positions, &scan.read_schema)?;
+                let batch = scan.finish_on_host(batch)?;
                 if !sink.send(vec![batch]) {
                     return Ok(());
                 }

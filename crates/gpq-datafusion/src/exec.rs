@@ -3,10 +3,15 @@
 //! It holds the row groups left after pruning, cut into partitions, and runs
 //! each partition as a stream (see the `stream` module). `EXPLAIN` shows the
 //! backend (and, for the GPU, the IO path and decompressor), the projection,
-//! the filter and what pruning removed; `EXPLAIN ANALYZE` adds the metrics:
-//! `bytes_read`, `io_time`, `plan_time`, `decompress_time`, `decode_time`,
-//! `copy_time`, `device_reads`, `gpu_fallback_row_groups`,
-//! `gpu_context_lost_fallbacks`, `pageable_copies`, the pruning
+//! the filter, the filters the scan applies itself (`scan_filters`, on the
+//! device or the host) and what pruning removed; `EXPLAIN ANALYZE` adds the
+//! metrics: `bytes_read`, `io_time`, `plan_time`, `decompress_time`,
+//! `decode_time`, `copy_time`, `bytes_to_host`, `device_reads`,
+//! `gpu_fallback_row_groups`, `gpu_context_lost_fallbacks`,
+//! `pageable_copies`, the filters' rows (`device_filter_rows_in`,
+//! `device_filter_rows_out`, `device_filter_time`,
+//! `device_filter_fallbacks`, `host_filter_rows_in`,
+//! `host_filter_rows_out`), the pruning
 //! counters (`row_groups_total`, `row_groups_pruned_statistics`,
 //! `row_groups_pruned_page_index`, `row_groups_pruned_limit`,
 //! `page_index_rows_pruned`) and the baseline output counters.
@@ -32,6 +37,7 @@ use datafusion::physical_plan::{
 
 use crate::cpu::CpuDecoder;
 use crate::file::GpqFile;
+use crate::filter::ScanFilter;
 use crate::gpu::GpuDecoder;
 use crate::options::GpqTableOptions;
 use crate::scan::{Decoder, PartitionMetrics, PartitionScan};
@@ -54,6 +60,11 @@ pub(crate) struct ScanParts {
     pub table_schema: SchemaRef,
     pub columns: Vec<usize>,
     pub schema: SchemaRef,
+    /// `columns`, then the columns only `filter` reads.
+    pub read_columns: Vec<usize>,
+    pub read_schema: SchemaRef,
+    /// The filters the scan applies itself (reported `Exact` to DataFusion).
+    pub filter: Option<Arc<ScanFilter>>,
     pub partitions: Vec<Vec<ScanUnit>>,
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
     pub fetch: Option<usize>,
@@ -184,6 +195,10 @@ impl GpqScanExec {
         if let Some(pred) = &p.predicate {
             write!(f, ", predicate={pred}")?;
         }
+        if let Some(filter) = &p.filter {
+            let on = if p.backend == ScanBackend::Gpu { "device" } else { "host" };
+            write!(f, ", scan_filters[{on}]=[{}]", filter.display.join(", "))?;
+        }
         write!(
             f,
             ", row_groups={}/{} (pruned: statistics={}, page_index={}, limit={}), page_index_rows_pruned={}",
@@ -285,6 +300,9 @@ impl ExecutionPlan for GpqScanExec {
             units: units.clone(),
             columns: p.columns.clone(),
             schema: Arc::clone(&self.schema),
+            read_columns: p.read_columns.clone(),
+            read_schema: Arc::clone(&p.read_schema),
+            filter: p.filter.clone(),
             batch_size: context.session_config().batch_size(),
             limit: self.fetch,
             options: p.options.clone(),
@@ -320,6 +338,7 @@ impl ExecutionPlan for GpqScanExec {
             &p.columns,
             parts,
             self.fetch,
+            p.filter.is_some(),
         )))
     }
 

@@ -15,6 +15,13 @@
 //! spans hold only selected rows, so the last pages it would not need stay
 //! unread.
 //!
+//! With filters of its own (see the `filter` module), the scan evaluates
+//! them on the device on each decoded batch and copies to the host only the
+//! output columns' kept rows; the rows between a span's selected runs need
+//! no cut then, as the pages holding them were pruned because no row in
+//! them can pass the filters. A batch the device cannot filter is copied
+//! whole and filtered on the host (counted in `device_filter_fallbacks`).
+//!
 //! What the GPU cannot decode (an `Unsupported` error, raised before any IO
 //! or, rarely, while decoding) is decoded on the CPU when fallback is
 //! allowed, logged and counted. A read that loses the GPU context
@@ -31,12 +38,13 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use gpq::{ColumnSelector, DeviceReaderBuilder, DeviceTable, Error};
 
 use crate::cpu::read_run;
 use crate::file::GpqFile;
+use crate::filter::ScanFilter;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
 use crate::units::ScanUnit;
@@ -130,6 +138,34 @@ impl RunSpans {
     fn span_rows(&self) -> usize {
         self.spans.iter().fold(0usize, |acc, (n, _)| acc.saturating_add(*n))
     }
+
+    /// Selected rows among the reader's first `read` rows.
+    fn selected_before(&self, read: usize) -> usize {
+        let (mut left, mut selected) = (read, 0usize);
+        for (len, inner) in &self.spans {
+            let take = (*len).min(left);
+            selected += match inner {
+                None => take,
+                Some(selectors) => {
+                    let mut pos = 0usize;
+                    let mut n = 0usize;
+                    for s in selectors {
+                        let end = (pos + s.row_count).min(take);
+                        if !s.skip && pos < end {
+                            n += end - pos;
+                        }
+                        pos += s.row_count;
+                    }
+                    n
+                }
+            };
+            left -= take;
+            if left == 0 {
+                break;
+            }
+        }
+        selected
+    }
 }
 
 /// Walks a run's batches through its spans: which rows of each batch the
@@ -191,12 +227,14 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     let file = scan.files.get(first.file).ok_or_else(|| {
         DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
     })?;
-    let (roots, positions) = read_layout(file, &scan.columns);
+    let (roots, positions) = read_layout(file, &scan.read_columns);
     let spans = RunSpans::new(units);
     let wanted: usize = units.iter().fold(0usize, |acc, u| acc.saturating_add(u.rows));
-    let limit = sink.remaining();
+    let limit = scan.reader_limit(sink);
     // Rows sent to the sink, and whether the sink wanted no more.
     let (mut sent, mut stopped) = (0usize, false);
+    // Reader rows whose kept rows the sink has (before the scan's filters).
+    let mut consumed = 0usize;
     let result = (|| -> gpq::Result<()> {
         let mut reader = reader(scan, file, &roots, units, &spans, limit)?;
         let mut cursor = SpanCursor { spans: &spans.spans, unit: 0, seen: 0 };
@@ -211,8 +249,8 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                 });
             }
             let Some(table) = reader.next() else { break };
-            let batch = copy_to_host(scan, table?)?;
-            read = read.saturating_add(batch.num_rows());
+            let table = table?;
+            read = read.saturating_add(table.num_rows());
             if read > spans.span_rows() {
                 return Err(Error::Internal(format!(
                     "device read of {} returned more than the {} rows it was asked for",
@@ -220,13 +258,31 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                     spans.span_rows()
                 )));
             }
-            let batch = conform(&batch, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
-            let pieces = cursor.keep(&batch);
+            let pieces = match &scan.filter {
+                Some(filter) => vec![filtered_on_device(scan, filter, table, &positions)?],
+                None => {
+                    let batch = copy_to_host(scan, table)?;
+                    let batch = conform(&batch, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
+                    cursor.keep(&batch)
+                }
+            };
             sent += pieces.iter().map(RecordBatch::num_rows).sum::<usize>();
             if !sink.send(pieces) {
                 stopped = true;
                 break;
             }
+            consumed = read;
+        }
+        if scan.filter.is_some() {
+            // Every row of every span was read (the filter keeps what it keeps).
+            if !stopped && read != spans.span_rows() {
+                return Err(Error::Internal(format!(
+                    "device read of {} returned {read} of the {} rows of its spans",
+                    file.path.display(),
+                    spans.span_rows()
+                )));
+            }
+            return Ok(());
         }
         // Every wanted row came (up to the limit), no fewer.
         let expected = limit.map_or(wanted, |l| l.min(wanted));
@@ -238,6 +294,9 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
         }
         Ok(())
     })();
+    // Where a CPU read takes over: the selected rows the sink has (with the
+    // scan's filters, those of the reader rows consumed, however many passed).
+    let resume = if scan.filter.is_some() { spans.selected_before(consumed) } else { sent };
     match result {
         Ok(()) => Ok(false),
         Err(e) if falls_back_to_cpu(&e) => {
@@ -251,13 +310,13 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                 if gone { " (and the rest of the partition: the device could not be reset)" } else { "" }
             );
             scan.metrics.gpu_context_lost_fallbacks.add(1);
-            read_run(scan, units, sent, sink)?;
+            read_run(scan, units, resume, sink)?;
             Ok(gone)
         }
         Err(e @ Error::Unsupported { .. }) if scan.options.gpu_fallback => {
             warn!(file = %file.path.display(), row_groups = units.len(), rows_sent = sent, "GPU cannot decode this read, decoding on the CPU: {e}");
             scan.metrics.gpu_fallback_row_groups.add(units.len());
-            read_run(scan, units, sent, sink)?;
+            read_run(scan, units, resume, sink)?;
             Ok(false)
         }
         Err(e) => Err(to_df_error(e)),
@@ -294,6 +353,37 @@ fn reader(
     builder.build()
 }
 
+/// Filters a decoded batch (of the read columns, at `positions` among the
+/// table's) on the device and copies the output columns' kept rows to the
+/// host; a batch the device cannot filter is copied whole and filtered on
+/// the host.
+fn filtered_on_device(scan: &PartitionScan, filter: &ScanFilter, table: DeviceTable, positions: &[usize]) -> gpq::Result<RecordBatch> {
+    let predicate = filter.device.map_columns(&|j| positions.get(j).copied().unwrap_or(usize::MAX));
+    let keep = &positions[..scan.columns.len().min(positions.len())];
+    let m = &scan.metrics;
+    match table.filter_columns(&predicate, keep) {
+        Ok(kept) => {
+            if let Some(f) = &kept.stats().filter {
+                m.device_filter_rows_in.add(f.rows_in);
+                m.device_filter_rows_out.add(f.rows_out);
+                m.device_filter_time.add_duration(f.time);
+            }
+            drop(table);
+            let batch = copy_to_host(scan, kept)?;
+            let identity: Vec<usize> = (0..scan.columns.len()).collect();
+            conform(&batch, &identity, &scan.schema).map_err(|e| Error::Internal(e.to_string()))
+        }
+        Err(Error::Filter(why)) => {
+            debug!(%why, "gpq scan filters a batch on the host");
+            m.device_filter_fallbacks.add(1);
+            let batch = copy_to_host(scan, table)?;
+            let batch = conform(&batch, positions, &scan.read_schema).map_err(|e| Error::Internal(e.to_string()))?;
+            scan.finish_on_host(batch).map_err(|e| Error::Internal(e.to_string()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Copies a decoded batch to the host, recording the read's metrics.
 fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordBatch> {
     let m = &scan.metrics;
@@ -311,6 +401,7 @@ fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordB
         }
     }
     let t0 = Instant::now();
+    m.bytes_to_host.add(usize::try_from(table.host_copy_bytes()).unwrap_or(usize::MAX));
     let (batch, pinned) = table.to_record_batch_staged()?;
     drop(table);
     m.copy_time.add_elapsed(t0);

@@ -62,6 +62,7 @@
 mod cpu;
 mod exec;
 mod file;
+mod filter;
 mod gpu;
 mod options;
 mod pruning;

@@ -80,6 +80,12 @@ pub struct GpqTableOptions {
     /// instead, whatever this says: the data is fine, the device is not. It
     /// is logged and counted in the `gpu_context_lost_fallbacks` metric.
     pub gpu_fallback: bool,
+    /// GPU backend: evaluate the pushed-down filters the device can
+    /// evaluate exactly on the device, after decoding, and copy only the
+    /// rows they keep (default on). The table then reports those filters
+    /// `Exact` and DataFusion plans no filter for them; a batch the device
+    /// cannot filter is filtered on the host by the scan.
+    pub device_filters: bool,
     /// For tests only, not a stable option: the first this many device passes
     /// of each executed scan fail as if the GPU context had been lost
     /// (`gpq::Error::GpuContextLost`), to exercise the CPU fallback without
@@ -100,6 +106,7 @@ impl Default for GpqTableOptions {
             page_index: true,
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_fallback: true,
+            device_filters: true,
             inject_gpu_context_loss: 0,
             inject_gpu_context_loss_after: 0,
         }
@@ -107,7 +114,8 @@ impl Default for GpqTableOptions {
 }
 
 impl GpqTableOptions {
-    /// Defaults: automatic backend, page index on, 64 MiB device passes, CPU fallback on.
+    /// Defaults: automatic backend, page index on, 64 MiB device passes,
+    /// CPU fallback on, device filters on.
     pub fn new() -> Self {
         Self::default()
     }
@@ -133,6 +141,12 @@ impl GpqTableOptions {
     /// Sets the projected compressed bytes per pass of a device read.
     pub fn with_gpu_read_bytes(mut self, bytes: u64) -> Self {
         self.gpu_read_bytes = bytes.max(1);
+        self
+    }
+
+    /// Evaluate pushed-down filters on the device (see [`GpqTableOptions::device_filters`]).
+    pub fn with_device_filters(mut self, enabled: bool) -> Self {
+        self.device_filters = enabled;
         self
     }
 

@@ -2,17 +2,24 @@
 //! partition's work ([`PartitionScan`]), its metrics, the [`Sink`] a decoder
 //! sends batches into, the [`Decoder`] interface the CPU and GPU backends
 //! implement, and the helpers that map a file's columns to the scan's output.
+//!
+//! A scan reads its *read columns*: the output columns, then the columns
+//! only its own filters ([`ScanFilter`]) use. Decoders build batches of the
+//! read columns; [`PartitionScan::finish_on_host`] applies the filters to a
+//! batch the device did not filter and drops the filter-only columns.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::array::{AsArray, RecordBatch, RecordBatchOptions};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, Time};
 use tokio::sync::mpsc;
 
 use crate::file::GpqFile;
+use crate::filter::ScanFilter;
 use crate::options::GpqTableOptions;
 use crate::units::ScanUnit;
 
@@ -45,6 +52,20 @@ pub(crate) struct PartitionMetrics {
     pub gpu_context_lost_fallbacks: Count,
     /// GPU: device reads copied to pageable host memory because the pinned pool was full.
     pub pageable_copies: Count,
+    /// GPU: bytes of decoded columns copied to the host.
+    pub bytes_to_host: Count,
+    /// Rows the scan's filters were evaluated on, on the device.
+    pub device_filter_rows_in: Count,
+    /// Rows the device filters kept.
+    pub device_filter_rows_out: Count,
+    /// Time filtering on the device (evaluation and gathers).
+    pub device_filter_time: Time,
+    /// Device batches the device could not filter (filtered on the host).
+    pub device_filter_fallbacks: Count,
+    /// Rows the scan's filters were evaluated on, on the host.
+    pub host_filter_rows_in: Count,
+    /// Rows the host filters kept.
+    pub host_filter_rows_out: Count,
 }
 
 impl PartitionMetrics {
@@ -63,6 +84,13 @@ impl PartitionMetrics {
             gpu_fallback_row_groups: count("gpu_fallback_row_groups"),
             gpu_context_lost_fallbacks: count("gpu_context_lost_fallbacks"),
             pageable_copies: count("pageable_copies"),
+            bytes_to_host: count("bytes_to_host"),
+            device_filter_rows_in: count("device_filter_rows_in"),
+            device_filter_rows_out: count("device_filter_rows_out"),
+            device_filter_time: time("device_filter_time"),
+            device_filter_fallbacks: count("device_filter_fallbacks"),
+            host_filter_rows_in: count("host_filter_rows_in"),
+            host_filter_rows_out: count("host_filter_rows_out"),
         }
     }
 }
@@ -77,9 +105,15 @@ pub(crate) struct PartitionScan {
     pub columns: Vec<usize>,
     /// The output schema.
     pub schema: SchemaRef,
+    /// Table columns to read: `columns`, then those only the filter uses.
+    pub read_columns: Vec<usize>,
+    /// The schema of the read columns.
+    pub read_schema: SchemaRef,
+    /// The pushed-down filters the scan applies itself.
+    pub filter: Option<Arc<ScanFilter>>,
     /// Rows per output batch.
     pub batch_size: usize,
-    /// Most rows to output.
+    /// Most rows to output (counted after the scan's filters).
     pub limit: Option<usize>,
     /// The table's options.
     pub options: GpqTableOptions,
@@ -98,6 +132,36 @@ pub(crate) struct PartitionScan {
 }
 
 impl PartitionScan {
+    /// A batch of the read columns as the scan outputs it: filtered on the
+    /// host by the scan's filters (if any), without the filter-only columns.
+    pub fn finish_on_host(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let batch = match &self.filter {
+            Some(f) => {
+                let mask = f.host.evaluate(&batch)?.into_array(batch.num_rows())?;
+                let mask = mask.as_boolean_opt().ok_or_else(|| {
+                    DataFusionError::Internal(format!("gpq scan filter gave {} instead of booleans", mask.data_type()))
+                })?;
+                let kept = filter_record_batch(&batch, mask)?;
+                self.metrics.host_filter_rows_in.add(batch.num_rows());
+                self.metrics.host_filter_rows_out.add(kept.num_rows());
+                kept
+            }
+            None => batch,
+        };
+        if self.read_columns.len() == self.columns.len() {
+            return Ok(batch);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        let columns = batch.columns()[..self.columns.len()].to_vec();
+        Ok(RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)?)
+    }
+
+    /// Whether a reader may stop after the sink's remaining rows: only when
+    /// no filter of the scan's removes rows after the read.
+    pub fn reader_limit(&self, sink: &Sink) -> Option<usize> {
+        if self.filter.is_some() { None } else { sink.remaining() }
+    }
+
     /// Whether the next device read is to fail with an injected context loss
     /// (tests only); takes one from the scan's budget of injected faults.
     pub fn take_injected_fault(&self) -> bool {

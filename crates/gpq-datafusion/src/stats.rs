@@ -26,6 +26,7 @@ pub(crate) fn statistics<'a>(
     columns: &[usize],
     partitions: impl IntoIterator<Item = &'a [ScanUnit]>,
     fetch: Option<usize>,
+    filtered: bool,
 ) -> Statistics {
     // `None` once the sum overflows.
     let mut num_rows = Some(0usize);
@@ -76,14 +77,19 @@ pub(crate) fn statistics<'a>(
                     stats.max_value = stats.max_value.max(&max);
                 }
             }
-            if selected || limited {
+            if selected || limited || filtered {
                 stats.null_count = stats.null_count.to_inexact();
             }
             stats
         })
         .collect();
     Statistics {
-        num_rows: num_rows.map_or(Precision::Absent, Precision::Exact),
+        // The scan's own filters keep an unknown part of the rows.
+        num_rows: match num_rows {
+            Some(n) if filtered => Precision::Inexact(n),
+            Some(n) => Precision::Exact(n),
+            None => Precision::Absent,
+        },
         total_byte_size: Precision::Absent,
         column_statistics,
     }
@@ -184,18 +190,18 @@ mod tests {
         assert_eq!(summary.rows, usize::MAX);
         let parts = split_partitions(units.clone(), 2, false);
         assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), 3);
-        let stats = statistics(&files, &schema, &[0], [units.as_slice()], None);
+        let stats = statistics(&files, &schema, &[0], [units.as_slice()], None, false);
         assert_eq!(stats.num_rows, Precision::Absent);
         assert_eq!(stats.column_statistics[0].null_count, Precision::Absent);
         // One file alone is fine: exact counts.
-        let stats = statistics(&files[..1], &schema, &[0], [&units[..1]], None);
+        let stats = statistics(&files[..1], &schema, &[0], [&units[..1]], None, false);
         assert_eq!(stats.num_rows, Precision::Exact(i64::MAX as usize));
         assert_eq!(
             stats.column_statistics[0].null_count,
             Precision::Exact(i64::MAX as usize)
         );
         // A limit bounds what a partition outputs even when the rows overflow.
-        let stats = statistics(&files, &schema, &[0], [units.as_slice()], Some(10));
+        let stats = statistics(&files, &schema, &[0], [units.as_slice()], Some(10), false);
         assert_eq!(stats.num_rows, Precision::Exact(10));
         // More nulls than rows: unknown, not wrong.
         let liar = synthetic::file(&[5], 6).unwrap();
@@ -206,6 +212,7 @@ mod tests {
             &[0],
             [units.as_slice()],
             None,
+            false,
         );
         assert_eq!(stats.column_statistics[0].null_count, Precision::Absent);
         assert_eq!(stats.num_rows, Precision::Exact(5));

@@ -32,8 +32,8 @@ pub(crate) fn execute(
     scan: PartitionScan,
     baseline: BaselineMetrics,
 ) -> Result<SendableRecordBatchStream> {
-    if scan.columns.is_empty() {
-        // No column is read: the row counts come from the footers.
+    if scan.read_columns.is_empty() {
+        // No column is read (nor filtered on): the row counts come from the footers.
         let total = scan
             .units
             .iter()

@@ -10,6 +10,12 @@
 //! predicate, prunes row groups (statistics) and pages (page index), applies
 //! the limit when there is no filter, cuts what is left into partitions and
 //! returns a [`GpqScanExec`].
+//!
+//! Filters the device evaluates exactly (see the `filter` module) are
+//! reported `Exact` when the table's scans can run on a GPU and
+//! [`GpqTableOptions::device_filters`] is on: the scan applies them itself,
+//! reading their columns even when the query does not project them. Other
+//! filters are `Inexact`: they prune, and DataFusion applies them.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -27,6 +33,7 @@ use tracing::{debug, info};
 
 use crate::exec::{GpqScanExec, ScanBackend, ScanParts};
 use crate::file::{GpqFile, discover, open_files, refresh};
+use crate::filter::{ScanFilter, device_predicate, filter_columns};
 use crate::options::{Backend, GpqTableOptions};
 use crate::stats::statistics;
 use crate::to_df_error;
@@ -84,7 +91,7 @@ impl TableState {
                 })
             })
             .collect();
-        let statistics = statistics(&files, schema, &columns, [all.as_slice()], None);
+        let statistics = statistics(&files, schema, &columns, [all.as_slice()], None, false);
         TableState {
             files: Arc::new(files),
             statistics,
@@ -223,6 +230,22 @@ impl GpqTable {
         ))
     }
 
+    /// Whether this table's scans may filter on the device: device filters
+    /// on, and a GPU backend (or automatic, with a CUDA device present).
+    fn filters_on_device(&self) -> bool {
+        self.options.device_filters
+            && match self.options.backend {
+                Backend::Gpu => true,
+                Backend::Auto => device_available(),
+                Backend::Cpu => false,
+            }
+    }
+
+    /// Whether the scan applies `filter` itself (it is reported `Exact`).
+    fn applies_itself(&self, filter: &Expr) -> bool {
+        self.filters_on_device() && !filter.is_volatile() && device_predicate(filter, &self.schema).is_some()
+    }
+
     /// One physical predicate from the filters DataFusion pushed down.
     fn predicate(
         &self,
@@ -257,12 +280,15 @@ impl TableProvider for GpqTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        // Filters prune row groups and pages; DataFusion still applies them to the rows.
+        // Filters prune row groups and pages; those the scan applies itself
+        // are exact, DataFusion applies the others to the rows.
         Ok(filters
             .iter()
             .map(|f| {
                 if f.is_volatile() {
                     TableProviderFilterPushDown::Unsupported
+                } else if self.applies_itself(f) {
+                    TableProviderFilterPushDown::Exact
                 } else {
                     TableProviderFilterPushDown::Inexact
                 }
@@ -293,33 +319,44 @@ impl TableProvider for GpqTable {
             )));
         }
         let schema = Arc::new(self.schema.project(&columns)?);
+        // The filters the scan applies itself, and the columns they add.
+        let own: Vec<&Expr> = filters.iter().filter(|f| self.applies_itself(f)).collect();
+        let mut read_columns = columns.clone();
+        read_columns.extend(filter_columns(&own, &self.schema).into_iter().filter(|c| !columns.contains(c)));
+        let read_schema = Arc::new(self.schema.project(&read_columns)?);
+        let filter = ScanFilter::new(state, &own, &read_schema)?.map(Arc::new);
         let files = Arc::clone(&self.current()?.files);
-        let (backend, backend_note) = self.resolve_backend(&files, &columns)?;
+        let (backend, backend_note) = self.resolve_backend(&files, &read_columns)?;
         let predicate = self.predicate(state, filters)?;
-        // A limit is only safe to apply before filtering when there is no filter.
-        let limit = if filters.is_empty() { limit } else { None };
+        // A limit prunes row groups only when there is no filter; it is the
+        // scan's own when every filter is (it counts the rows they keep).
+        let prune_limit = if filters.is_empty() { limit } else { None };
+        let fetch = if own.len() == filters.len() { limit } else { None };
         let (units, pruning) = plan_units(
             &files,
             &self.schema,
-            &columns,
+            &read_columns,
             predicate.as_ref(),
             self.options.page_index,
-            limit,
+            prune_limit,
         );
         debug!(?pruning, backend = %backend_note, "gpq scan planned");
         let partitions = split_partitions(
             units,
             state.config().target_partitions(),
-            columns.is_empty(),
+            read_columns.is_empty(),
         );
         Ok(Arc::new(GpqScanExec::new(ScanParts {
             files,
             table_schema: Arc::clone(&self.schema),
             columns,
             schema,
+            read_columns,
+            read_schema,
+            filter,
             partitions,
             predicate,
-            fetch: limit,
+            fetch,
             options: self.options.clone(),
             backend,
             backend_note,

@@ -53,6 +53,15 @@ fn main() -> ExitCode {
     } else {
         Trial::test("gpu_backend_tpch", || Err("no CUDA device and no emulator".into())).with_ignored_flag(true)
     };
+    let filters = if gpq::cuda::device_available() {
+        trial("device_filters_match_builtin", || Box::pin(device_filters_match_builtin(false)))
+    } else if required {
+        Trial::test("device_filters_match_builtin", || Err("GPQ_REQUIRE_GPU=1 but there is no CUDA device".into()))
+    } else if gpq::cuda::emulator_compiled() {
+        trial("device_filters_match_builtin", || Box::pin(device_filters_match_builtin(true)))
+    } else {
+        Trial::test("device_filters_match_builtin", || Err("no CUDA device and no emulator".into())).with_ignored_flag(true)
+    };
     let trials = vec![
         trial("tpch_22_queries_match_builtin_parquet", || Box::pin(tpch_22_queries_match_builtin_parquet())),
         trial("empty_projection_counts_rows", || Box::pin(empty_projection_counts_rows())),
@@ -63,6 +72,7 @@ fn main() -> ExitCode {
         trial("bad_input_is_an_error_not_a_panic", || Box::pin(bad_input_is_an_error_not_a_panic())),
         trial("auto_backend_picks_and_shows_the_decoder", || Box::pin(auto_backend_picks_and_shows_the_decoder())),
         gpu,
+        filters,
     ];
     libtest_mimic::run(&args, trials).exit_code()
 }
@@ -487,4 +497,172 @@ async fn gpu_backend_tpch(emulated: bool) {
     let without = metric(&scans[0], "bytes_read");
     assert!(pruned > 0, "the page index prunes rows of {q}");
     assert!(with_index < without, "{with_index} bytes read with the page index, {without} without");
+}
+
+/// Whether the executed plan has a `FilterExec` (DataFusion filtering rows itself).
+fn has_filter_exec(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.name() == "FilterExec" || plan.children().into_iter().any(has_filter_exec)
+}
+
+async fn physical(ctx: &SessionContext, q: &str) -> Arc<dyn ExecutionPlan> {
+    ctx.sql(q).await.unwrap().create_physical_plan().await.unwrap()
+}
+
+/// A file of the cases three-valued logic and Arrow's orderings make
+/// tricky: nulls in every column, NaN, -0.0 and infinities, empty strings.
+fn edge_file(dir: &Path) -> PathBuf {
+    use arrow::array::{BooleanArray, Decimal128Array, Float64Array};
+    let n = 400;
+    let i: Int32Array = (0..n).map(|k| (k % 7 != 0).then_some(k % 23 - 11)).collect();
+    let specials = [f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY];
+    let f: Float64Array = (0..n).map(|k| (k % 11 != 0).then(|| if k % 4 == 0 { specials[(k / 4) as usize % 5] } else { k as f64 / 8.0 - 20.0 })).collect();
+    let s: StringArray =
+        (0..n).map(|k| (k % 5 != 0).then(|| ["", "ab", "abc", "special requests", "xyz special", "PROMO BRASS"][k as usize % 6].to_string())).collect();
+    let b: BooleanArray = (0..n).map(|k| (k % 3 != 0).then_some(k % 2 == 0)).collect();
+    let d = (0..n).map(|k| (k % 9 != 0).then_some(i128::from(k) * 7 - 1000)).collect::<Decimal128Array>().with_precision_and_scale(10, 2).unwrap();
+    let batch = RecordBatch::try_from_iter([
+        ("i", Arc::new(i) as ArrayRef),
+        ("f", Arc::new(f)),
+        ("s", Arc::new(s)),
+        ("b", Arc::new(b)),
+        ("d", Arc::new(d)),
+    ])
+    .unwrap();
+    let path = dir.join("edges.parquet");
+    write_file(&path, &[batch], 150, 40);
+    path
+}
+
+async fn device_filters_match_builtin(emulated: bool) {
+    if emulated {
+        eprintln!("NOTE: no GPU; running device filters on the CPU emulator");
+        gpq::cuda::use_emulator().unwrap();
+    }
+    let dir = tpch_dir(0.01);
+    let builtin = context(2);
+    queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
+    let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false);
+    let ours = context(2);
+    queries::register_tables(&ours, &dir, &TableSource::Gpq(gpu.clone())).await.unwrap();
+    // All 22: filters on dates, decimals, IN lists, LIKE, NOT LIKE, NOT IN, ORs of ANDs.
+    for n in 1..=queries::QUERY_COUNT {
+        let expected = queries::run_query(&builtin, n).await.unwrap();
+        let actual = queries::run_query(&ours, n).await.unwrap_or_else(|e| panic!("q{n} with device filters: {e}"));
+        assert_same_rows(&format!("TPC-H q{n} at SF 0.01 with device filters"), &expected, &actual);
+    }
+    // Which filters ran where, for the log.
+    for n in 1..=queries::QUERY_COUNT {
+        let Some(statement) = queries::statements(n).unwrap().into_iter().find(|s| queries::is_query_statement(s)) else { continue };
+        let Ok(df) = ours.sql(statement).await else { continue };
+        let Ok(plan) = df.create_physical_plan().await else { continue };
+        let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+        for line in shown.lines().filter(|l| l.contains("GpqScanExec") || l.contains("FilterExec")) {
+            let line = line.trim();
+            let cut = line.find(", row_groups").unwrap_or(line.len());
+            eprintln!("q{n:02} {}", &line[..cut]);
+        }
+    }
+
+    // A filter the device takes is exact: no FilterExec, the scan shows it,
+    // counts the rows in and out, and copies fewer bytes than without it.
+    let q = "select sum(l_extendedprice), count(*) from lineitem where l_shipdate >= date '1994-01-01' and l_shipdate < date '1995-01-01' and l_quantity < 24";
+    let plan = physical(&ours, q).await;
+    assert!(!has_filter_exec(&plan), "exact filters need no FilterExec");
+    let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+    assert!(shown.contains("scan_filters[device]=["), "{shown}");
+    let (batches, scans) = run_with_scans(&ours, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    let (rows_in, rows_out) = (metric(&scans[0], "device_filter_rows_in"), metric(&scans[0], "device_filter_rows_out"));
+    assert!(rows_in > rows_out && rows_out > 0, "device filter kept {rows_out} of {rows_in} rows");
+    assert_eq!(metric(&scans[0], "device_filter_fallbacks"), 0);
+    assert_eq!(metric(&scans[0], "host_filter_rows_in"), 0);
+    let filtered_bytes = metric(&scans[0], "bytes_to_host");
+    let off = context(2);
+    queries::register_tables(&off, &dir, &TableSource::Gpq(gpu.clone().with_device_filters(false))).await.unwrap();
+    assert!(has_filter_exec(&physical(&off, q).await), "without device filters DataFusion filters");
+    let (batches, scans) = run_with_scans(&off, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    let all_bytes = metric(&scans[0], "bytes_to_host");
+    assert!(filtered_bytes < all_bytes, "{filtered_bytes} bytes copied with device filters, {all_bytes} without");
+
+    // Filter columns the query does not project are read, filtered on and
+    // dropped; counts are not taken from the footers; a limit counts kept rows.
+    for q in [
+        "select count(*) from lineitem where l_quantity < 5",
+        "select count(*) from lineitem where l_shipmode in ('AIR', 'RAIL') and l_comment like '%furious%'",
+        "select l_orderkey from lineitem where l_returnflag = 'R' and l_linestatus <> 'O' order by l_orderkey limit 20",
+    ] {
+        assert_same_rows(q, &sql(&builtin, q).await, &sql(&ours, q).await);
+    }
+    let q = "select l_orderkey, l_shipmode from lineitem where l_shipmode = 'AIR' limit 5";
+    let got = sql(&ours, q).await;
+    assert_eq!(rows(&got), 5, "{q}");
+    for b in &got {
+        let modes = arrow::compute::cast(b.column(1), &DataType::Utf8).unwrap();
+        let modes = modes.as_any().downcast_ref::<StringArray>().unwrap();
+        assert!(modes.iter().all(|m| m == Some("AIR")), "{q}: {modes:?}");
+    }
+
+    // The CPU backend leaves filtering to DataFusion.
+    let cpu_ctx = context(2);
+    queries::register_tables(&cpu_ctx, &dir, &TableSource::Gpq(cpu())).await.unwrap();
+    assert!(has_filter_exec(&physical(&cpu_ctx, q).await));
+
+    // A context lost after the first pass: the rest of the run is read and
+    // filtered on the CPU, from the first row the device did not consume.
+    let lossy = context(1);
+    let options = gpu.clone().with_gpu_read_bytes(64 << 10).with_injected_gpu_context_loss_after(1).with_injected_gpu_context_loss(1);
+    queries::register_tables(&lossy, &dir, &TableSource::Gpq(options)).await.unwrap();
+    let q = "select l_orderkey, l_linenumber, l_quantity from lineitem where l_quantity < 10 and l_shipinstruct like 'DELIVER%' order by l_orderkey, l_linenumber";
+    let (batches, scans) = run_with_scans(&lossy, q).await;
+    assert_same_rows(q, &sql(&builtin, q).await, &batches);
+    assert_eq!(metric(&scans[0], "gpu_context_lost_fallbacks"), 1);
+    assert!(metric(&scans[0], "host_filter_rows_in") > 0 && metric(&scans[0], "device_filter_rows_in") > 0);
+
+    // Three-valued logic, NaN and -0.0, empty strings, decimal literals between steps.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = edge_file(tmp.path());
+    let (expected_ctx, got_ctx) = (context(2), context(2));
+    expected_ctx.register_parquet("t", path.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    register_gpq(&got_ctx, "t", &path, gpu.clone()).unwrap();
+    for filter in [
+        "i > 3",
+        "not (i > 3)",
+        "i is null or s like 'ab%'",
+        "not (i is null or b)",
+        "b",
+        "not b",
+        "b = false",
+        "b is not true",
+        "f = 'NaN'::double",
+        "f > 0.0",
+        "f <= -0.0",
+        "f < 'Infinity'::double",
+        "s = ''",
+        "s < 'abc'",
+        "s not like '%special%'",
+        "s like '%'",
+        "s in ('ab', '', 'xyz special')",
+        "i not in (1, 2, -3)",
+        "i between -2 and 2",
+        "i not between -2 and 2",
+        "d > 1.234",
+        "d <= -5.005",
+        "d = 0.105",
+        "d <> 0.105",
+        "d between -1 and 1.5",
+        "i > 0 and f > 0 or s like 'PROMO%' and not b",
+        "i = null",
+    ] {
+        let q = format!("select i, f, s, b, d from t where {filter} order by i, f, s, b, d");
+        let expected = sql(&expected_ctx, &q).await;
+        let got = sql(&got_ctx, &q).await;
+        assert_same_rows(&q, &expected, &got);
+    }
+    // Which of those ran on the device, for the log.
+    for filter in ["d > 1.234", "f = 'NaN'::double", "b is not true", "i = null"] {
+        let q = format!("select i from t where {filter}");
+        let on_device = !has_filter_exec(&physical(&got_ctx, &q).await);
+        eprintln!("{filter}: {}", if on_device { "on the device" } else { "DataFusion's FilterExec" });
+    }
 }

@@ -7,8 +7,8 @@
 // registers (at most FILTER_MAX_DEPTH deep, checked by the host); AND, OR
 // and NOT combine them as Kleene logic does, and a row is kept when the
 // program leaves a known TRUE. Numbers compare as 128-bit keys (integers
-// and decimals sign- or zero-extended, floats in IEEE total order, as
-// Arrow's comparison kernels order them); strings and binary compare
+// and decimals sign- or zero-extended, floats in IEEE total order with
+// -0.0 taken as 0.0, as DataFusion compares them); strings and binary compare
 // bytewise. Each warp evaluates 32 consecutive rows and writes one word of
 // the keep bitmap and its population count.
 
@@ -132,6 +132,7 @@ GPQ_DEVICE bool gpq_number_key(const FilterColumn& c, u64 r, FilterKey* k) {
       for (int i = 7; i >= 0; i--) b = (b << 8) | p[i];
       bits = (i64)b;
     }
+    if ((u64)bits == 0x8000000000000000ull) bits = 0;  // -0.0 equals 0.0
     k->hi = bits ^ (i64)(((u64)(bits >> 63)) >> 1);
     k->lo = 0;
     return true;
