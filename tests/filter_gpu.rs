@@ -176,6 +176,27 @@ fn host_eval(batch: &RecordBatch, p: &Predicate) -> BooleanArray {
             let unknown: BooleanArray = (0..n).map(|i| if nulls.value(i) { None } else { Some(acc.value(i)) }).collect();
             unknown
         }
+        Predicate::CompareColumns { left, op, right } => {
+            let side = |c: usize| -> ArrayRef {
+                let a = batch.column(c);
+                match a.data_type() {
+                    DataType::Float32 | DataType::Float64 => comparable(a, &Literal::Float(0.0)),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => cast(a, &DataType::Utf8).unwrap(),
+                    DataType::Binary => Arc::clone(a),
+                    _ => cast(a, &DataType::Int64).unwrap(),
+                }
+            };
+            let (a, b) = (side(*left), side(*right));
+            match op {
+                CmpOp::Eq => cmp::eq(&a, &b),
+                CmpOp::NotEq => cmp::neq(&a, &b),
+                CmpOp::Lt => cmp::lt(&a, &b),
+                CmpOp::LtEq => cmp::lt_eq(&a, &b),
+                CmpOp::Gt => cmp::gt(&a, &b),
+                CmpOp::GtEq => cmp::gt_eq(&a, &b),
+            }
+            .unwrap()
+        }
         Predicate::IsNull(c) => is_null(batch.column(*c)).unwrap(),
         Predicate::IsNotNull(c) => is_not_null(batch.column(*c)).unwrap(),
         Predicate::Like { column, pattern } => {
@@ -274,6 +295,12 @@ fn fixed_predicates_match_arrow(ctx: &Arc<GpuContext>) {
         Predicate::Const(Some(false)),
         Predicate::And(vec![]),
         Predicate::Or(vec![]),
+        Predicate::CompareColumns { left: c("i16"), op: CmpOp::Lt, right: c("i32") },
+        Predicate::CompareColumns { left: c("i8"), op: CmpOp::GtEq, right: c("u8") },
+        Predicate::CompareColumns { left: c("f32"), op: CmpOp::LtEq, right: c("f64") },
+        Predicate::CompareColumns { left: c("str"), op: CmpOp::Gt, right: c("view") },
+        Predicate::CompareColumns { left: c("large"), op: CmpOp::Eq, right: c("view") },
+        Predicate::CompareColumns { left: c("i64"), op: CmpOp::NotEq, right: c("i64") },
     ];
     for p in &predicates {
         check(&device, &host, p, &all);

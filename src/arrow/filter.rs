@@ -111,6 +111,17 @@ pub enum Predicate {
         /// The pattern's bytes.
         pattern: Vec<u8>,
     },
+    /// `left op right`, two columns compared row by row: both numbers
+    /// (integers, decimals of one scale, dates, times of one unit; or
+    /// both floats) or both strings or binary.
+    CompareColumns {
+        /// The left column.
+        left: usize,
+        /// The comparison.
+        op: CmpOp,
+        /// The right column.
+        right: usize,
+    },
     /// A boolean column's value.
     Column(usize),
     /// Every condition holds.
@@ -141,6 +152,7 @@ impl Predicate {
             | Predicate::IsNull(column)
             | Predicate::IsNotNull(column)
             | Predicate::Column(column) => out.push(*column),
+            Predicate::CompareColumns { left, right, .. } => out.extend([*left, *right]),
             Predicate::And(ps) | Predicate::Or(ps) => ps.iter().for_each(|p| p.collect_columns(out)),
             Predicate::Not(p) => p.collect_columns(out),
             Predicate::Const(_) => {}
@@ -156,6 +168,7 @@ impl Predicate {
             Predicate::IsNull(c) => Predicate::IsNull(map(*c)),
             Predicate::IsNotNull(c) => Predicate::IsNotNull(map(*c)),
             Predicate::Column(c) => Predicate::Column(map(*c)),
+            Predicate::CompareColumns { left, op, right } => Predicate::CompareColumns { left: map(*left), op: *op, right: map(*right) },
             Predicate::And(ps) => Predicate::And(ps.iter().map(|p| p.map_columns(map)).collect()),
             Predicate::Or(ps) => Predicate::Or(ps.iter().map(|p| p.map_columns(map)).collect()),
             Predicate::Not(p) => Predicate::Not(Box::new(p.map_columns(map))),
@@ -199,6 +212,7 @@ const OP_AND: u32 = 6;
 const OP_OR: u32 = 7;
 const OP_NOT: u32 = 8;
 const OP_CONST: u32 = 9;
+const OP_COLUMNS: u32 = 10;
 
 /// The deepest program stack the kernel holds (filter.cu `FILTER_MAX_DEPTH`).
 const MAX_DEPTH: usize = 32;
@@ -429,6 +443,18 @@ impl Program {
                     self.literals.push(lit);
                 }
                 self.push(OP_LIKE, slot, anchors, segments.len() as u32, first);
+                Ok(1)
+            }
+            Predicate::CompareColumns { left, op, right } => {
+                let (a, b) = (kind(*left)?.0, kind(*right)?.0);
+                let numbers = |k| matches!(k, KIND_INT | KIND_UINT);
+                let strings = |k| matches!(k, KIND_STRING | KIND_LARGE_STRING | KIND_VIEW);
+                let comparable = (numbers(a) && numbers(b)) || (a == KIND_FLOAT && b == KIND_FLOAT) || (strings(a) && strings(b));
+                if !comparable {
+                    return Err(Error::Filter(format!("columns of filter kinds {a} and {b} do not compare on the device")));
+                }
+                let (l, r) = (self.slot(*left), self.slot(*right));
+                self.push(OP_COLUMNS, l, op.code(), 0, r as usize);
                 Ok(1)
             }
             Predicate::Column(c) => {
@@ -914,6 +940,7 @@ mod tests {
             ("FILTER_OP_OR", OP_OR),
             ("FILTER_OP_NOT", OP_NOT),
             ("FILTER_OP_CONST", OP_CONST),
+            ("FILTER_OP_COLUMNS", OP_COLUMNS),
             ("FILTER_MAX_DEPTH", MAX_DEPTH as u32),
         ] {
             let line = filter

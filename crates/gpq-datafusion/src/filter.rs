@@ -2,8 +2,8 @@
 //! filter expressions the device can evaluate exactly
 //! ([`device_predicate`]: comparisons of a column with a literal, `BETWEEN`,
 //! `IN` lists, `IS [NOT] NULL`, `LIKE` with `%` only, boolean columns,
-//! `AND`/`OR`/`NOT` of those), and the [`ScanFilter`] a scan applies with
-//! them.
+//! comparisons of two columns of one type, `AND`/`OR`/`NOT` of those), and
+//! the [`ScanFilter`] a scan applies with them.
 //!
 //! The table reports those filters `Exact`, so DataFusion plans no
 //! `FilterExec` for them: the scan must apply them on every path. The GPU
@@ -102,6 +102,10 @@ fn translate(expr: &Expr, schema: &Schema) -> Option<Predicate> {
             match (operand(left, schema), operand(right, schema)) {
                 (Some(col), None) => compare(&col, op, literal(right)?),
                 (None, Some(col)) => compare(&col, flip(op), literal(left)?),
+                // Two columns of one type, compared as they are stored.
+                (Some(a), Some(b)) if a.target == b.target && a.scale_up == b.scale_up => {
+                    Some(Predicate::CompareColumns { left: a.column, op, right: b.column })
+                }
                 _ => None,
             }
         }
@@ -361,8 +365,10 @@ mod tests {
         for e in &ok {
             assert!(device_predicate(e, &s).is_some(), "{e} should run on the device");
         }
+        assert!(device_predicate(&col("i").lt(col("i")), &s).is_some());
         let refused = [
-            col("i").lt(col("i")),
+            col("i").lt(col("d")),
+            cast(col("i"), DataType::Int64).lt(col("t")),
             (col("i") + lit(1i32)).lt(lit(5i32)),
             cast(col("i"), DataType::Int8).lt(lit(5i8)),
             cast(col("i"), DataType::Float64).lt(lit(5.0f64)),

@@ -35,6 +35,7 @@ enum FilterOpCode : u32 {
   FILTER_OP_OR = 7,
   FILTER_OP_NOT = 8,
   FILTER_OP_CONST = 9,     // `cmp`: 0 FALSE, 1 TRUE, 2 NULL
+  FILTER_OP_COLUMNS = 10,  // column `cmp` the column at index `literal`
 };
 
 enum FilterCmp : u32 {
@@ -281,6 +282,29 @@ GPQ_DEVICE bool gpq_filter_row(const FilterProgram& p, u64 row, bool* bad) {
     } else if (op.code == FILTER_OP_CONST) {
       v = op.cmp == 1;
       k = op.cmp != 2;
+    } else if (op.code == FILTER_OP_COLUMNS) {
+      if (op.column >= p.n_columns || op.literal >= p.n_columns) { *bad = true; return false; }
+      const FilterColumn& a = cols[op.column];
+      const FilterColumn& b = cols[op.literal];
+      const u64 ra = row + a.offset, rb = row + b.offset;
+      if ((a.validity != 0 && (ra >> 3) >= a.validity_len) || (b.validity != 0 && (rb >> 3) >= b.validity_len)) { *bad = true; return false; }
+      const bool known_a = a.validity == 0 || gpq_bit((const u8*)a.validity, ra);
+      const bool known_b = b.validity == 0 || gpq_bit((const u8*)b.validity, rb);
+      if (!known_a || !known_b) {
+        k = 0;
+      } else if (a.kind >= FILTER_STRING && b.kind >= FILTER_STRING) {
+        const u8 *sa, *sb;
+        u64 la, lb;
+        if (!gpq_string_at(a, ra, &sa, &la) || !gpq_string_at(b, rb, &sb, &lb)) { *bad = true; return false; }
+        v = gpq_cmp_holds(op.cmp, gpq_bytes_cmp(sa, la, sb, lb));
+      } else if (a.kind <= FILTER_FLOAT && b.kind <= FILTER_FLOAT) {
+        FilterKey ka, kb;
+        if (!gpq_number_key(a, ra, &ka) || !gpq_number_key(b, rb, &kb)) { *bad = true; return false; }
+        v = gpq_cmp_holds(op.cmp, gpq_key_cmp(ka, kb));
+      } else {
+        *bad = true;
+        return false;
+      }
     } else {
       if (op.column >= p.n_columns) { *bad = true; return false; }
       const FilterColumn& c = cols[op.column];
