@@ -305,6 +305,13 @@ fn fixed_predicates_match_arrow(ctx: &Arc<GpuContext>) {
     for p in &predicates {
         check(&device, &host, p, &all);
     }
+    // Only rows inside given ranges may be kept.
+    let ranges = [10..500, 900..905, 1400..2999];
+    let p = float("f64", CmpOp::Gt, 0.0);
+    let got = device.filter_columns_within(&p, &all, Some(&ranges)).unwrap().to_record_batch().unwrap();
+    let mask = host_eval(&host, &p);
+    let mask: BooleanArray = (0..host.num_rows()).map(|i| Some(mask.is_valid(i) && mask.value(i) && ranges.iter().any(|r| r.contains(&i)))).collect();
+    assert_batches_equal("within ranges", &filter_record_batch(&host, &mask).unwrap(), &got);
 }
 
 /// A random predicate over the table, of at most `depth` levels, its

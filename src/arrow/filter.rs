@@ -284,6 +284,8 @@ struct FilterProgram {
     rows: u64,
     bits: u64,
     counts: u64,
+    allowed: u64,
+    allowed_len: u64,
     n_ops: u32,
     n_columns: u32,
     n_literals: u32,
@@ -313,7 +315,7 @@ struct GatherDesc {
 
 const _: () = assert!(std::mem::size_of::<FilterColumn>() == 80);
 const _: () = assert!(std::mem::size_of::<FilterOp>() == 24);
-const _: () = assert!(std::mem::size_of::<FilterProgram>() == 80);
+const _: () = assert!(std::mem::size_of::<FilterProgram>() == 96);
 const _: () = assert!(std::mem::size_of::<GatherDesc>() == 120);
 
 /// A predicate compiled for the kernel: postfix steps over a table of the
@@ -712,6 +714,13 @@ impl DeviceTable {
     /// these columns or gather one of `keep` (a nested column); nothing is
     /// changed then, and the caller can filter a host copy instead.
     pub fn filter_columns(&self, predicate: &Predicate, keep: &[usize]) -> Result<DeviceTable> {
+        self.filter_columns_within(predicate, keep, None)
+    }
+
+    /// [`DeviceTable::filter_columns`], keeping only rows inside `within`
+    /// (ranges of row numbers; `None`: any row), such as the rows a row
+    /// selection keeps of a span read whole.
+    pub fn filter_columns_within(&self, predicate: &Predicate, keep: &[usize], within: Option<&[std::ops::Range<usize>]>) -> Result<DeviceTable> {
         let t0 = Instant::now();
         let program = Program::compile(predicate, &|c| {
             let col = self.columns.get(c).ok_or_else(|| Error::Filter(format!("no column {c}")))?;
@@ -743,7 +752,16 @@ impl DeviceTable {
         let _bound = ctx.bind_scoped()?;
         let stream = ctx.new_stream()?;
         let f = Filtering { stream: &stream, kernels: Kernels::for_context(&ctx)? };
-        let rows = if n == 0 { DeviceBuffer::alloc(&stream, 0, "filter rows")? } else { f.kept_rows(self, &program, n)? };
+        let allowed = within.map(|ranges| {
+            let mut bitmap = vec![0u8; self.num_rows.div_ceil(8)];
+            for r in ranges {
+                for i in r.start.min(self.num_rows)..r.end.min(self.num_rows) {
+                    bitmap[i / 8] |= 1 << (i % 8);
+                }
+            }
+            bitmap
+        });
+        let rows = if n == 0 { DeviceBuffer::alloc(&stream, 0, "filter rows")? } else { f.kept_rows(self, &program, n, allowed.as_deref())? };
         let m = rows.len() / 4;
         let columns = kept_columns.iter().map(|c| f.gather_column(c, &rows, m)).collect::<Result<Vec<_>>>()?;
         stream.synchronize()?;
@@ -755,7 +773,7 @@ impl DeviceTable {
 impl Filtering<'_> {
     /// Evaluates `program` over the table's `n` rows: the kept rows' numbers
     /// (u32, in order) in a buffer of exactly their count.
-    fn kept_rows(&self, table: &DeviceTable, program: &Program, n: u64) -> Result<DeviceBuffer> {
+    fn kept_rows(&self, table: &DeviceTable, program: &Program, n: u64, allowed: Option<&[u8]>) -> Result<DeviceBuffer> {
         if n > u32::MAX as u64 {
             return Err(Error::Filter(format!("{n} rows are more than a device filter takes at once (2^32)")));
         }
@@ -797,6 +815,7 @@ impl Filtering<'_> {
         let columns_at = up.put(as_bytes(&columns));
         let literals_at = up.put(as_bytes(&program.literals));
         let pool_at = up.put(&program.pool);
+        let allowed_at = allowed.map(|a| up.put(a));
         // The addresses are known only once the upload has one; place the
         // tables first, then write the header that points into them.
         let d = DeviceBuffer::from_host(self.stream, &up.bytes, "filter program")?;
@@ -809,6 +828,8 @@ impl Filtering<'_> {
             rows: n,
             bits: bits.ptr(),
             counts: counts.ptr(),
+            allowed: allowed_at.map_or(0, |at| d.ptr() + at),
+            allowed_len: allowed.map_or(0, |a| a.len() as u64),
             n_ops: program.ops.len() as u32,
             n_columns: program.columns.len() as u32,
             n_literals: program.literals.len() as u32,

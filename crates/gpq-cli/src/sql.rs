@@ -43,6 +43,9 @@ pub struct EngineArgs {
     /// Do not prune pages with the page index.
     #[arg(long)]
     pub no_page_index: bool,
+    /// Leave every filter to DataFusion (no filtering on the device).
+    #[arg(long)]
+    pub no_device_filters: bool,
 }
 
 /// Arguments of `gpq sql`.
@@ -89,6 +92,10 @@ pub struct TpchBenchArgs {
     /// Timed runs per query and engine, after one warm-up; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Also time gpq with device filters off, and report the bytes gpq's
+    /// scans copied to the host with device filters and without.
+    #[arg(long)]
+    pub compare_device_filters: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -99,7 +106,8 @@ impl EngineArgs {
         Ok(GpqTableOptions::new()
             .with_backend(self.backend.parse::<Backend>()?)
             .with_read_options(read)
-            .with_page_index(!self.no_page_index))
+            .with_page_index(!self.no_page_index)
+            .with_device_filters(!self.no_device_filters))
     }
 
     fn context(&self) -> SessionContext {
@@ -195,6 +203,11 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
         queries::register_tables(&builtin, &args.data, &TableSource::Parquet).await?;
         let ours = args.engine.context();
         queries::register_tables(&ours, &args.data, &TableSource::Gpq(options.clone())).await?;
+        let plain = args.engine.context();
+        if args.compare_device_filters {
+            let off = options.clone().with_device_filters(false);
+            queries::register_tables(&plain, &args.data, &TableSource::Gpq(off)).await?;
+        }
         let partitions = ours.state().config().target_partitions();
         println!(
             "TPC-H over {}: backend {}, {partitions} partitions, batch size {}, median of {} after one warm-up",
@@ -203,22 +216,54 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
             args.engine.batch_size,
             args.repeat.max(1)
         );
-        println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | same result |");
-        println!("| ---: | ---: | ---: | ---: | ---: | --- |");
-        let (mut total_b, mut total_g) = (0.0, 0.0);
+        if args.compare_device_filters {
+            println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | gpq without device filters s | MB to host (device filters / none) | same result |");
+            println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+        } else {
+            println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | same result |");
+            println!("| ---: | ---: | ---: | ---: | ---: | --- |");
+        }
+        let (mut total_b, mut total_g, mut total_p) = (0.0, 0.0, 0.0);
+        let (mut bytes_on, mut bytes_off) = (0u64, 0u64);
         for n in list {
             let (b, expected) = time_query(&builtin, n, args.repeat).await?;
             let (g, actual) = time_query(&ours, n, args.repeat).await?;
-            let same = same_rows(&expected, &actual)?;
-            if !same {
-                wrong.push(n);
-            }
+            let mut same = same_rows(&expected, &actual)?;
             let rows: usize = actual.iter().map(|b| b.num_rows()).sum();
             total_b += b;
             total_g += g;
-            println!("| q{n} | {rows} | {b:.3} | {g:.3} | {:.2}x | {} |", b / g.max(1e-9), if same { "yes" } else { "NO" });
+            let speedup = b / g.max(1e-9);
+            if args.compare_device_filters {
+                let (p, plain_rows) = time_query(&plain, n, args.repeat).await?;
+                same &= same_rows(&expected, &plain_rows)?;
+                total_p += p;
+                let (on, off) = (bytes_to_host(&ours, n).await?, bytes_to_host(&plain, n).await?);
+                bytes_on += on;
+                bytes_off += off;
+                let mb = |b: u64| b as f64 / 1e6;
+                println!(
+                    "| q{n} | {rows} | {b:.3} | {g:.3} | {speedup:.2}x | {p:.3} | {:.1} / {:.1} | {} |",
+                    mb(on),
+                    mb(off),
+                    if same { "yes" } else { "NO" }
+                );
+            } else {
+                println!("| q{n} | {rows} | {b:.3} | {g:.3} | {speedup:.2}x | {} |", if same { "yes" } else { "NO" });
+            }
+            if !same {
+                wrong.push(n);
+            }
         }
-        println!("| total | | {total_b:.3} | {total_g:.3} | {:.2}x | |", total_b / total_g.max(1e-9));
+        if args.compare_device_filters {
+            println!(
+                "| total | | {total_b:.3} | {total_g:.3} | {:.2}x | {total_p:.3} | {:.1} / {:.1} | |",
+                total_b / total_g.max(1e-9),
+                bytes_on as f64 / 1e6,
+                bytes_off as f64 / 1e6
+            );
+        } else {
+            println!("| total | | {total_b:.3} | {total_g:.3} | {:.2}x | |", total_b / total_g.max(1e-9));
+        }
         Ok(())
     }));
     if code == ExitCode::SUCCESS && !wrong.is_empty() {
@@ -241,6 +286,29 @@ fn same_rows(expected: &[RecordBatch], actual: &[RecordBatch]) -> DfResult<bool>
     el.sort_unstable();
     al.sort_unstable();
     Ok(el == al)
+}
+
+/// Runs query `n` once and returns the bytes its gpq scans copied to the
+/// host (their `bytes_to_host` metric).
+async fn bytes_to_host(ctx: &SessionContext, n: usize) -> DfResult<u64> {
+    let mut total = 0u64;
+    for s in queries::statements(n).map_err(gpq_datafusion::to_df_error)? {
+        if !queries::is_query_statement(s) {
+            ctx.sql(s).await?.collect().await?;
+            continue;
+        }
+        let plan = ctx.sql(s).await?.create_physical_plan().await?;
+        collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+        let mut stack = vec![plan];
+        while let Some(p) = stack.pop() {
+            if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
+                let metrics = p.metrics().unwrap_or_default();
+                total += metrics.sum_by_name("bytes_to_host").map_or(0, |m| m.as_usize() as u64);
+            }
+            stack.extend(p.children().into_iter().cloned());
+        }
+    }
+    Ok(total)
 }
 
 /// Median seconds of `repeat` runs of query `n` after a warm-up, and its rows.

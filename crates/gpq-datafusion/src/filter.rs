@@ -72,8 +72,14 @@ impl ScanFilter {
 /// The device predicate of `expr` over `schema`'s columns, if the device
 /// evaluates it exactly as DataFusion would.
 pub(crate) fn device_predicate(expr: &Expr, schema: &Schema) -> Option<Predicate> {
+    // A filter without a column is not the scan's to apply (nothing would be read for it).
+    if expr.column_refs().is_empty() {
+        return None;
+    }
     let p = translate(expr, schema)?;
-    p.check(schema).ok()?;
+    // Checked under one more AND, as the scan joins its filters: each then
+    // fits the kernel's stack together with the others.
+    Predicate::And(vec![Predicate::Const(Some(true)), p.clone()]).check(schema).ok()?;
     Some(p)
 }
 
@@ -122,6 +128,11 @@ fn translate(expr: &Expr, schema: &Schema) -> Option<Predicate> {
         }
         Expr::InList(list) => {
             let col = operand(&list.expr, schema)?;
+            // DataFusion matches floats in lists by their bits (-0.0 is not
+            // 0.0 there, unlike in comparisons): left to DataFusion.
+            if matches!(col.target, DataType::Float32 | DataType::Float64) {
+                return None;
+            }
             let mut values = Vec::with_capacity(list.list.len());
             for item in &list.list {
                 match literal_value(&col, literal(item)?)? {

@@ -16,11 +16,12 @@
 //! unread.
 //!
 //! With filters of its own (see the `filter` module), the scan evaluates
-//! them on the device on each decoded batch and copies to the host only the
-//! output columns' kept rows; the rows between a span's selected runs need
-//! no cut then, as the pages holding them were pruned because no row in
-//! them can pass the filters. A batch the device cannot filter is copied
-//! whole and filtered on the host (counted in `device_filter_fallbacks`).
+//! them on the device on each decoded batch, only on the rows of the
+//! span's selected runs, and copies to the host only the output columns'
+//! kept rows. (The rows between selected runs are not certain to fail the
+//! filters: statistics leave NaN out of a page's range.) A batch the device
+//! cannot filter is copied whole, cut and filtered on the host (counted in
+//! `device_filter_fallbacks`).
 //!
 //! What the GPU cannot decode (an `Unsupported` error, raised before any IO
 //! or, rarely, while decoding) is decoded on the CPU when fallback is
@@ -180,20 +181,25 @@ struct SpanCursor<'a> {
 impl SpanCursor<'_> {
     /// The slices of `batch` (the reader's next rows) the scan keeps.
     fn keep(&mut self, batch: &RecordBatch) -> Vec<RecordBatch> {
+        self.keep_ranges(batch.num_rows()).into_iter().map(|r| batch.slice(r.start, r.len())).collect()
+    }
+
+    /// The rows of the reader's next `n` the scan keeps, as ranges.
+    fn keep_ranges(&mut self, n: usize) -> Vec<std::ops::Range<usize>> {
         let mut out = Vec::new();
         let mut at = 0usize;
-        while at < batch.num_rows() && self.unit < self.spans.len() {
+        while at < n && self.unit < self.spans.len() {
             let (len, inner) = &self.spans[self.unit];
-            let take = (len - self.seen).min(batch.num_rows() - at);
+            let take = (len - self.seen).min(n - at);
             match inner {
-                None => out.push(batch.slice(at, take)),
+                None => out.push(at..at + take),
                 Some(selectors) => {
                     // The selected parts of span rows [seen, seen + take).
                     let (mut pos, lo, hi) = (0usize, self.seen, self.seen + take);
                     for s in selectors {
                         let (a, b) = (pos.max(lo), (pos + s.row_count).min(hi));
                         if !s.skip && a < b {
-                            out.push(batch.slice(at + a - lo, b - a));
+                            out.push(at + a - lo..at + b - lo);
                         }
                         pos += s.row_count;
                     }
@@ -259,7 +265,11 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                 )));
             }
             let pieces = match &scan.filter {
-                Some(filter) => vec![filtered_on_device(scan, filter, table, &positions)?],
+                Some(filter) => {
+                    let within = cursor.keep_ranges(table.num_rows());
+                    let whole = within.len() == 1 && within[0] == (0..table.num_rows());
+                    vec![filtered_on_device(scan, filter, table, &positions, (!whole).then_some(&within[..]))?]
+                }
                 None => {
                     let batch = copy_to_host(scan, table)?;
                     let batch = conform(&batch, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
@@ -357,11 +367,17 @@ fn reader(
 /// table's) on the device and copies the output columns' kept rows to the
 /// host; a batch the device cannot filter is copied whole and filtered on
 /// the host.
-fn filtered_on_device(scan: &PartitionScan, filter: &ScanFilter, table: DeviceTable, positions: &[usize]) -> gpq::Result<RecordBatch> {
+fn filtered_on_device(
+    scan: &PartitionScan,
+    filter: &ScanFilter,
+    table: DeviceTable,
+    positions: &[usize],
+    within: Option<&[std::ops::Range<usize>]>,
+) -> gpq::Result<RecordBatch> {
     let predicate = filter.device.map_columns(&|j| positions.get(j).copied().unwrap_or(usize::MAX));
     let keep = &positions[..scan.columns.len().min(positions.len())];
     let m = &scan.metrics;
-    match table.filter_columns(&predicate, keep) {
+    match table.filter_columns_within(&predicate, keep, within) {
         Ok(kept) => {
             if let Some(f) = &kept.stats().filter {
                 m.device_filter_rows_in.add(f.rows_in);
@@ -378,6 +394,14 @@ fn filtered_on_device(scan: &PartitionScan, filter: &ScanFilter, table: DeviceTa
             m.device_filter_fallbacks.add(1);
             let batch = copy_to_host(scan, table)?;
             let batch = conform(&batch, positions, &scan.read_schema).map_err(|e| Error::Internal(e.to_string()))?;
+            // The span's selected rows only, then the filters.
+            let batch = match within {
+                None => batch,
+                Some(ranges) => {
+                    let pieces: Vec<RecordBatch> = ranges.iter().map(|r| batch.slice(r.start, r.len())).collect();
+                    arrow::compute::concat_batches(&batch.schema(), &pieces).map_err(|e| Error::Internal(e.to_string()))?
+                }
+            };
             scan.finish_on_host(batch).map_err(|e| Error::Internal(e.to_string()))
         }
         Err(e) => Err(e),

@@ -32,7 +32,7 @@ pub(crate) fn execute(
     scan: PartitionScan,
     baseline: BaselineMetrics,
 ) -> Result<SendableRecordBatchStream> {
-    if scan.read_columns.is_empty() {
+    if scan.read_columns.is_empty() && scan.filter.is_none() {
         // No column is read (nor filtered on): the row counts come from the footers.
         let total = scan
             .units

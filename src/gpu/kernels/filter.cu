@@ -85,6 +85,8 @@ struct FilterProgram {
   u64 rows;
   u64 bits;         // out: u32 keep bitmap, one word per 32 rows
   u64 counts;       // out: u64 rows kept per word
+  u64 allowed;      // bitmap of the rows that may be kept, 0: all
+  u64 allowed_len;  // its bytes
   u32 n_ops;
   u32 n_columns;
   u32 n_literals;
@@ -380,7 +382,10 @@ extern "C" __global__ void gpq_filter_eval(FilterProgram* p) {
   for (u64 w = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < words; w += warps) {
     const u64 row = w * 32 + lane;
     bool keep = false;
-    if (row < prog.rows) keep = gpq_filter_row(prog, row, &bad);
+    if (row < prog.rows) {
+      const bool allowed = prog.allowed == 0 || ((row >> 3) < prog.allowed_len && gpq_bit((const u8*)prog.allowed, row));
+      keep = allowed && gpq_filter_row(prog, row, &bad);
+    }
     const u32 mask = __ballot_sync(0xffffffffu, keep);
     if (lane == 0) {
       bits[w] = mask;
