@@ -162,6 +162,11 @@ stage_sanitizer_core() {
     GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 60 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-edge_files_gpu" --test-threads=1 > "$OUT/$tool-edge.log" 2>&1
     note "$tool test-edge_files_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-edge.log" | tr '\n' ' ')"
   done
+  # The filter, scan and gather kernels (issue 15): every tool on the fixed predicates and the sliced columns.
+  for tool in memcheck racecheck synccheck; do
+    GPQ_TEST_SMALL=1 timeout 120 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-filter_gpu" --test-threads=1 --skip random > "$OUT/$tool-filter.log" 2>&1
+    note "$tool test-filter_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-filter.log" | tr '\n' ' ')"
+  done
 }
 
 stage_context_loss() {
@@ -261,11 +266,13 @@ stage_criterion() {
 }
 
 stage_tpch_bench() {
-  # 22 TPC-H queries through DataFusion at SF10: built-in Parquet vs gpq's provider (issue 5).
+  # 22 TPC-H queries through DataFusion at SF10: built-in Parquet vs gpq's provider (issue 5),
+  # and gpq with device filters vs without (issue 15: times, MB copied to the host; TPCH_FILTERS=0: skip).
   d=$data/suite/default
   if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
   cat "$d"/*.parquet > /dev/null
-  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
+  compare=(--compare-device-filters); [ "${TPCH_FILTERS:-1}" = 0 ] && compare=()
+  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu "${compare[@]}" 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
   note "tpch-bench: rc=${PIPESTATUS[0]}"
 }
 

@@ -3,14 +3,28 @@
 //! [`GpqTable`] is a [`TableProvider`](datafusion::catalog::TableProvider)
 //! over one file, a list of files or a directory of Parquet files with a
 //! common schema; [`register_gpq`] registers one with a `SessionContext`.
-//! Scans push down projections, filters (as `Inexact`: they prune row groups
-//! by statistics and pages by the page index, and DataFusion still filters
-//! the rows) and limits, report row counts and column statistics to the
+//! Scans push down projections, filters and limits, report row counts and
+//! column statistics to the
 //! planner, and split the surviving row groups into `target_partitions`
 //! partitions. Each partition streams batches of the session's batch size.
 //! Before each scan every file is stat-ed, and the footer of a file whose
 //! size or modification time changed since it was read is read again (a
 //! rewritten file whose schema no longer fits the table fails the scan).
+//!
+//! # Filters
+//!
+//! Every pushed-down filter prunes row groups by statistics and pages by the
+//! page index. With a GPU backend (and [`GpqTableOptions::device_filters`],
+//! on by default) the filters the device evaluates exactly (comparisons of
+//! a column with a literal or with another column of its type, `BETWEEN`,
+//! `IN`, `IS [NOT] NULL`, `LIKE` with `%`, boolean columns, `AND`/`OR`/`NOT`)
+//! are `Exact`: the scan evaluates them on the device right after decoding
+//! ([`gpq::DeviceTable::filter_columns`]) and copies only the rows they
+//! keep, reading their columns even when the query does not project them;
+//! DataFusion plans no filter for them. The others are `Inexact`:
+//! DataFusion filters the rows. `EXPLAIN` lists the scan's own filters
+//! (`scan_filters[device]`), and the metrics count the rows before and after
+//! them and the bytes copied to the host.
 //!
 //! # Backends
 //!
@@ -50,7 +64,8 @@
 //! here, and nothing depends on the datasource layer's fast-moving internals.
 //!
 //! Modules, each depending only on those listed before it: `options`,
-//! `file` (discovery, footers, common schema), `pruning` (statistics and
+//! `file` (discovery, footers, common schema), `filter` (which filters the
+//! scan applies itself, and how), `pruning` (statistics and
 //! page-index pruning), `units` (what to read, partitions), `stats` (planner
 //! statistics), `scan` (what a partition's decoders share: the work, the
 //! sink, the `Decoder` interface), `cpu` and `gpu` (the two decoders; the
