@@ -112,6 +112,14 @@ pub fn device_available() -> bool {
     driver().is_ok()
 }
 
+/// How many CUDA devices the driver sees (1 on the CPU emulator).
+pub fn device_count() -> Result<usize> {
+    if emulation_requested() {
+        return Ok(1);
+    }
+    driver().map(|n| n as usize)
+}
+
 /// Whether this build carries the CPU emulator.
 pub fn emulator_compiled() -> bool {
     cfg!(feature = "emulator")

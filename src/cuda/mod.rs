@@ -14,7 +14,8 @@ mod context;
 mod memory;
 
 pub use context::{
-    BoundContext, ContextKey, DEADLINE, GpuContext, GpuEvent, GpuStream, device_available, emulator_compiled, keeping_current_context, use_emulator,
+    BoundContext, ContextKey, DEADLINE, GpuContext, GpuEvent, GpuStream, device_available, device_count, emulator_compiled, keeping_current_context,
+    use_emulator,
 };
 pub use memory::{DeviceBuffer, MemoryBudget, PinnedBuffer};
 pub(crate) use memory::{as_bytes, from_bytes};

@@ -46,6 +46,10 @@ pub struct EngineArgs {
     /// Leave every filter to DataFusion (no filtering on the device).
     #[arg(long)]
     pub no_device_filters: bool,
+    /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
+    /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
+    #[arg(long)]
+    pub devices: Option<String>,
 }
 
 /// Arguments of `gpq sql`.
@@ -107,7 +111,8 @@ impl EngineArgs {
             .with_backend(self.backend.parse::<Backend>()?)
             .with_read_options(read)
             .with_page_index(!self.no_page_index)
-            .with_device_filters(!self.no_device_filters))
+            .with_device_filters(!self.no_device_filters)
+            .with_devices(parse_devices(self.devices.as_deref())?))
     }
 
     fn context(&self) -> SessionContext {
@@ -116,6 +121,18 @@ impl EngineArgs {
             config = config.with_target_partitions(p.max(1));
         }
         SessionContext::new_with_config(config)
+    }
+}
+
+/// The devices of `--devices` (`all`: every one the driver sees).
+fn parse_devices(arg: Option<&str>) -> gpq::Result<Vec<usize>> {
+    match arg.map(str::trim) {
+        None | Some("") => Ok(Vec::new()),
+        Some("all") => gpq::cuda::device_count().map(|n| (0..n).collect()),
+        Some(list) => list
+            .split(',')
+            .map(|d| d.trim().parse::<usize>().map_err(|_| gpq::Error::InvalidOptions(format!("--devices: {d:?} is not a device ordinal"))))
+            .collect(),
     }
 }
 

@@ -303,6 +303,7 @@ impl ExecutionPlan for GpqScanExec {
             read_columns: p.read_columns.clone(),
             read_schema: Arc::clone(&p.read_schema),
             filter: p.filter.clone(),
+            device: p.options.device_of(partition),
             batch_size: context.session_config().batch_size(),
             limit: self.fetch,
             options: p.options.clone(),

@@ -248,7 +248,7 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
         loop {
             if scan.take_injected_fault() {
                 return Err(Error::GpuContextLost {
-                    device: scan.options.read.device,
+                    device: scan.device,
                     call: "injected fault",
                     detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
                     recovered: true,
@@ -348,6 +348,7 @@ fn reader(
         .options
         .read
         .clone()
+        .with_device(scan.device)
         .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
         .with_row_groups(units.iter().map(|u| u.row_group));
     let mut builder = DeviceReaderBuilder::new_with_footer(&file.path, file.footer.clone())

@@ -86,6 +86,10 @@ pub struct GpqTableOptions {
     /// `Exact` and DataFusion plans no filter for them; a batch the device
     /// cannot filter is filtered on the host by the scan.
     pub device_filters: bool,
+    /// GPU backend: the devices a scan's partitions are spread over, round
+    /// robin (partition `i` decodes on `devices[i % devices.len()]`); empty
+    /// (the default): every partition on `read.device`.
+    pub devices: Vec<usize>,
     /// For tests only, not a stable option: the first this many device passes
     /// of each executed scan fail as if the GPU context had been lost
     /// (`gpq::Error::GpuContextLost`), to exercise the CPU fallback without
@@ -107,6 +111,7 @@ impl Default for GpqTableOptions {
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_fallback: true,
             device_filters: true,
+            devices: Vec::new(),
             inject_gpu_context_loss: 0,
             inject_gpu_context_loss_after: 0,
         }
@@ -148,6 +153,25 @@ impl GpqTableOptions {
     pub fn with_device_filters(mut self, enabled: bool) -> Self {
         self.device_filters = enabled;
         self
+    }
+
+    /// Spread the GPU backend's partitions over `devices` (see
+    /// [`GpqTableOptions::devices`]).
+    pub fn with_devices(mut self, devices: impl IntoIterator<Item = usize>) -> Self {
+        self.devices = devices.into_iter().collect();
+        self
+    }
+
+    /// Spread the GPU backend's partitions over every device the driver
+    /// sees (none found: `read.device` only).
+    pub fn with_all_devices(mut self) -> Self {
+        self.devices = gpq::cuda::device_count().map(|n| (0..n).collect()).unwrap_or_default();
+        self
+    }
+
+    /// The device partition `partition` decodes on.
+    pub(crate) fn device_of(&self, partition: usize) -> usize {
+        if self.devices.is_empty() { self.read.device } else { self.devices[partition % self.devices.len()] }
     }
 
     /// Allow (or forbid) CPU decoding of what the GPU cannot decode.

@@ -111,6 +111,8 @@ pub(crate) struct PartitionScan {
     pub read_schema: SchemaRef,
     /// The pushed-down filters the scan applies itself.
     pub filter: Option<Arc<ScanFilter>>,
+    /// The device the GPU backend decodes this partition on.
+    pub device: usize,
     /// Rows per output batch.
     pub batch_size: usize,
     /// Most rows to output (counted after the scan's filters).

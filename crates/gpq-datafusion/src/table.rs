@@ -207,11 +207,14 @@ impl GpqTable {
             }
             Backend::Auto | Backend::Gpu => {}
         }
-        if let Err(e) = GpuContext::get(device) {
-            return match self.options.backend {
-                Backend::Gpu => Err(to_df_error(e)),
-                _ => Ok((ScanBackend::Cpu, format!("cpu (auto: {e})"))),
-            };
+        let devices = if self.options.devices.is_empty() { vec![device] } else { self.options.devices.clone() };
+        for &d in &devices {
+            if let Err(e) = GpuContext::get(d) {
+                return match self.options.backend {
+                    Backend::Gpu => Err(to_df_error(e)),
+                    _ => Ok((ScanBackend::Cpu, format!("cpu (auto: {e})"))),
+                };
+            }
         }
         if let Some(why) = gpu_unsupported(files, columns) {
             if !self.options.gpu_fallback {
@@ -226,7 +229,12 @@ impl GpqTable {
         let decompress = format!("{:?}", self.options.read.decompress).to_ascii_lowercase();
         Ok((
             ScanBackend::Gpu,
-            format!("gpu (device={device}, io={io}, decompress={decompress})"),
+            if self.options.devices.is_empty() {
+                format!("gpu (device={device}, io={io}, decompress={decompress})")
+            } else {
+                let list: Vec<String> = devices.iter().map(usize::to_string).collect();
+                format!("gpu (devices={}, io={io}, decompress={decompress})", list.join("+"))
+            },
         ))
     }
 
