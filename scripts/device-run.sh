@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench context-loss page-checks regressions sanitizer-core fuzz
+#           verify-sf10 suite criterion tpch-bench tpch-gpus context-loss page-checks regressions sanitizer-core fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
@@ -274,6 +274,19 @@ stage_tpch_bench() {
   compare=(--compare-device-filters); [ "${TPCH_FILTERS:-1}" = 0 ] && compare=()
   gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu "${compare[@]}" 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
   note "tpch-bench: rc=${PIPESTATUS[0]}"
+}
+
+stage_tpch_gpus() {
+  # Issue 15 part 5 (the nvidia-h200-x2 kind): the 22 TPC-H queries at SF10 with the GPU
+  # backend's partitions on one GPU, then spread over every GPU; same results checked.
+  d=$data/suite/default
+  if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
+  cat "$d"/*.parquet > /dev/null
+  nvidia-smi -L | tee -a "$summary"
+  for devices in 0 all; do
+    gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu --devices "$devices" 2>&1 | tee "$OUT/tpch-sf10-devices-$devices.md" | tail -26 | tee -a "$summary"
+    note "tpch-bench devices=$devices: rc=${PIPESTATUS[0]}"
+  done
 }
 
 # The mutation fuzzer (crates/gpq-fuzz, scripts/fuzz/fuzz.py): seeds written with pyarrow,
