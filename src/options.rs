@@ -233,6 +233,12 @@ pub struct ReadOptions {
     /// `Some(1)` reads in one group. Reads cut to a row window always read in
     /// one group.
     pub overlap_groups: Option<usize>,
+    /// Read top-level string and binary columns as Arrow's view types
+    /// (`Utf8View`, `BinaryView`), built on the device, whatever type the
+    /// file's embedded Arrow schema gives them (what DataFusion's
+    /// `schema_force_view_types` asks of its Parquet reader). Default `false`:
+    /// the file's types (views only where its embedded schema says so).
+    pub string_views: bool,
 }
 
 /// The bytes of column chunks per group an overlapped read aims at when it
@@ -320,6 +326,12 @@ impl ReadOptions {
     /// Verify page checksums where the file has them.
     pub fn with_page_checksums(mut self, verify: bool) -> Self {
         self.verify_page_checksums = verify;
+        self
+    }
+
+    /// Read top-level strings and binary as view types (see [`ReadOptions::string_views`]).
+    pub fn with_string_views(mut self, views: bool) -> Self {
+        self.string_views = views;
         self
     }
 

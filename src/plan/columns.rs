@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::datatypes::{FieldRef, Schema, SchemaRef};
+use arrow::datatypes::{DataType, FieldRef, Schema, SchemaRef};
 use parquet::arrow::{ProjectionMask, parquet_to_arrow_schema, parquet_to_arrow_schema_by_columns};
 use parquet::basic::Type as PhysicalType;
 use parquet::file::metadata::{KeyValue, ParquetMetaData};
@@ -55,14 +55,18 @@ impl PlannedColumn {
 }
 
 /// Resolves a selection against the file's schema.
+/// `views`: top-level strings and binary become view types
+/// ([`with_view_types`]).
 pub fn project(
     path: &Path,
     metadata: &ParquetMetaData,
     selection: Option<&[ColumnSelector]>,
+    views: bool,
 ) -> Result<(SchemaRef, Vec<PlannedColumn>)> {
     let schema_descr = metadata.file_metadata().schema_descr();
     let kv = metadata.file_metadata().key_value_metadata();
     let full = arrow_schema_of(path, schema_descr, kv)?;
+    let full = if views { with_view_types(&full) } else { full };
     let num_roots = schema_descr.root_schema().get_fields().len();
     // The result's fields are looked up by root index below.
     if full.fields().len() != num_roots {
@@ -162,6 +166,7 @@ pub fn project(
                     parquet_to_arrow_schema_by_columns(schema_descr, mask, kv)
                 })
                 .map_err(|source| Error::Metadata { file: path.to_path_buf(), source })?;
+                let pruned = if views { with_view_types(&pruned) } else { pruned };
                 let field = pruned
                     .fields()
                     .iter()
@@ -194,6 +199,25 @@ pub fn project(
     }
     let schema = Schema::new(fields).with_metadata(metadata_map.into_iter().collect());
     Ok((Arc::new(schema), columns))
+}
+
+/// `schema` with its top-level `Utf8` and `LargeUtf8` fields as `Utf8View`
+/// and `Binary` and `LargeBinary` as `BinaryView` (nested fields keep their
+/// types), as DataFusion's `schema_force_view_types` maps a Parquet schema.
+pub fn with_view_types(schema: &Schema) -> Schema {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let view = match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+                DataType::Binary | DataType::LargeBinary => DataType::BinaryView,
+                _ => return Arc::clone(f),
+            };
+            Arc::new(f.as_ref().clone().with_data_type(view))
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
 }
 
 /// The Arrow schema of a file's Parquet schema, honouring the writer's

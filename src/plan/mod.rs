@@ -28,7 +28,7 @@ use parquet::basic::{Compression, Type as PhysicalType};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 
 pub(crate) use columns::arrow_schema_of;
-pub use columns::{LeafColumn, PlannedColumn};
+pub use columns::{LeafColumn, PlannedColumn, with_view_types};
 use footer::metadata_error;
 pub use cache::{cached_footers, clear_footer_cache};
 pub use footer::{Footer, read_footer, read_footer_with_page_index};
@@ -177,7 +177,7 @@ impl ReadPlan {
     pub fn from_footer(path: &Path, footer: Footer, options: &ReadOptions) -> Result<ReadPlan> {
         let metadata = footer.metadata;
         let file_size = footer.file_size;
-        let (schema, columns) = columns::project(path, &metadata, options.columns.as_deref())?;
+        let (schema, columns) = columns::project(path, &metadata, options.columns.as_deref(), options.string_views)?;
 
         let num_row_groups = metadata.num_row_groups();
         let row_groups: Vec<usize> = match &options.row_groups {

@@ -72,6 +72,9 @@ pub(crate) struct GpqFile {
     pub roots: Vec<usize>,
     /// For each top-level field of the file, its leaf columns.
     pub root_leaves: Vec<Vec<usize>>,
+    /// Whether top-level strings and binary read as view types (the
+    /// schema says so; device reads are asked for them).
+    pub views: bool,
 }
 
 impl GpqFile {
@@ -79,20 +82,27 @@ impl GpqFile {
     ///
     /// The file is stat-ed before its footer is read, so a change made while
     /// the footer is being read is noticed by the next scan.
-    pub fn open(path: &Path) -> Result<GpqFile> {
+    pub fn open(path: &Path, views: bool) -> Result<GpqFile> {
         let stamp = FileStamp::of(path)?;
         let footer = read_footer_with_page_index(path)?;
-        GpqFile::from_footer(path, stamp, footer)
+        GpqFile::from_footer(path, stamp, footer, views)
     }
 
-    /// The file at `path` with the given footer, read when the file had `stamp`.
-    pub fn from_footer(path: &Path, stamp: FileStamp, footer: Footer) -> Result<GpqFile> {
+    /// The file at `path` with the given footer, read when the file had
+    /// `stamp`; `views`: top-level strings and binary as view types.
+    pub fn from_footer(path: &Path, stamp: FileStamp, footer: Footer, views: bool) -> Result<GpqFile> {
         check_row_counts(path, &footer.metadata)?;
         // The parquet crate's schema conversion panics on some hostile
         // footers (an integer type of bit width 0); that is bad input, not a crash.
         let metadata = Arc::clone(&footer.metadata);
         let reader_metadata = std::panic::catch_unwind(move || {
-            ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::new())
+            let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
+            let viewed = gpq::plan::with_view_types(plain.schema());
+            if !views || viewed == **plain.schema() {
+                return Ok(plain);
+            }
+            // arrow-rs then decodes them as views too (the CPU backend).
+            ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::new().with_schema(Arc::new(viewed)))
         })
         .unwrap_or_else(|panic| {
             Err(parquet::errors::ParquetError::General(format!(
@@ -119,6 +129,7 @@ impl GpqFile {
             reader_metadata,
             roots,
             root_leaves,
+            views,
         })
     }
 
@@ -218,7 +229,7 @@ pub(crate) fn discover(path: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Opens `paths` and derives their common schema; sets each file's `roots`.
-pub(crate) fn open_files(paths: &[PathBuf]) -> Result<(Vec<GpqFile>, SchemaRef)> {
+pub(crate) fn open_files(paths: &[PathBuf], views: bool) -> Result<(Vec<GpqFile>, SchemaRef)> {
     let Some(first_path) = paths.first() else {
         return Err(Error::InvalidOptions(
             "a gpq table needs at least one file".into(),
@@ -226,7 +237,7 @@ pub(crate) fn open_files(paths: &[PathBuf]) -> Result<(Vec<GpqFile>, SchemaRef)>
     };
     let mut files = paths
         .iter()
-        .map(|p| GpqFile::open(p))
+        .map(|p| GpqFile::open(p, views))
         .collect::<Result<Vec<_>>>()?;
     let Some(first) = files.first().map(|f| Arc::clone(f.schema())) else {
         return Err(Error::Internal("a gpq table opened no file".into()));
@@ -295,7 +306,7 @@ pub(crate) fn refresh(
     if now == file.stamp {
         return Ok(None);
     }
-    let mut fresh = GpqFile::open(&file.path).map_err(to_df_error)?;
+    let mut fresh = GpqFile::open(&file.path, file.views).map_err(to_df_error)?;
     let changed = |what: String| {
         DataFusionError::Execution(format!(
             "gpq table: {} changed since the table was registered and no longer has the table's schema: {what}",
@@ -371,7 +382,7 @@ pub(crate) mod synthetic {
             size: 1 << 40,
             modified: None,
         };
-        GpqFile::from_footer(Path::new("synthetic.parquet"), stamp, footer)
+        GpqFile::from_footer(Path::new("synthetic.parquet"), stamp, footer, false)
     }
 }
 

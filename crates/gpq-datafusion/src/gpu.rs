@@ -349,6 +349,7 @@ fn reader(
         .read
         .clone()
         .with_device(scan.device)
+        .with_string_views(file.views)
         .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
         .with_row_groups(units.iter().map(|u| u.row_group));
     let mut builder = DeviceReaderBuilder::new_with_footer(&file.path, file.footer.clone())

@@ -102,12 +102,19 @@ pub use units::PruningSummary;
 ///
 /// Replaces a table of the same name. Fails (with gpq's error text) when the
 /// files cannot be opened, are not Parquet, or do not share one schema.
+/// Unless `options` say otherwise, strings are views when the session's
+/// `schema_force_view_types` asks for them, as DataFusion's own Parquet
+/// tables do.
 pub fn register_gpq(
     ctx: &SessionContext,
     name: &str,
     path: impl AsRef<Path>,
     options: GpqTableOptions,
 ) -> datafusion::error::Result<()> {
+    let mut options = options;
+    if options.string_views.is_none() {
+        options.string_views = Some(ctx.state().config().options().execution.parquet.schema_force_view_types);
+    }
     let table = GpqTable::try_new(path, options).map_err(to_df_error)?;
     ctx.deregister_table(name)?;
     ctx.register_table(name, Arc::new(table))?;

@@ -90,6 +90,14 @@ pub struct GpqTableOptions {
     /// robin (partition `i` decodes on `devices[i % devices.len()]`); empty
     /// (the default): every partition on `read.device`.
     pub devices: Vec<usize>,
+    /// Read top-level string and binary columns as `Utf8View`/`BinaryView`
+    /// (built on the device by the GPU backend), whatever the files' embedded
+    /// Arrow schema says. `None` (the default): as the session asks
+    /// (DataFusion's `datafusion.execution.parquet.schema_force_view_types`,
+    /// on by default) when registered with [`register_gpq`](crate::register_gpq);
+    /// the files' own types for a table made with
+    /// [`GpqTable::try_new`](crate::GpqTable::try_new).
+    pub string_views: Option<bool>,
     /// For tests only, not a stable option: the first this many device passes
     /// of each executed scan fail as if the GPU context had been lost
     /// (`gpq::Error::GpuContextLost`), to exercise the CPU fallback without
@@ -112,6 +120,7 @@ impl Default for GpqTableOptions {
             gpu_fallback: true,
             device_filters: true,
             devices: Vec::new(),
+            string_views: None,
             inject_gpu_context_loss: 0,
             inject_gpu_context_loss_after: 0,
         }
@@ -166,6 +175,12 @@ impl GpqTableOptions {
     /// sees (none found: `read.device` only).
     pub fn with_all_devices(mut self) -> Self {
         self.devices = gpq::cuda::device_count().map(|n| (0..n).collect()).unwrap_or_default();
+        self
+    }
+
+    /// Read strings and binary as view types, or not (see [`GpqTableOptions::string_views`]).
+    pub fn with_string_views(mut self, views: bool) -> Self {
+        self.string_views = Some(views);
         self
     }
 

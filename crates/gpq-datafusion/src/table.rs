@@ -115,7 +115,7 @@ impl GpqTable {
             .into_iter()
             .map(|p| p.as_ref().to_path_buf())
             .collect();
-        let (files, schema) = open_files(&paths)?;
+        let (files, schema) = open_files(&paths, options.string_views.unwrap_or(false))?;
         if options.backend == Backend::Auto {
             let gpu = device_available();
             info!(
@@ -385,6 +385,7 @@ fn gpu_unsupported(files: &[GpqFile], columns: &[usize]) -> Option<gpq::Error> {
         .into_iter()
         .map(ColumnSelector::Index);
     let options = ReadOptions::new()
+        .with_string_views(file.views)
         .with_columns(selection)
         .with_row_groups([]);
     let plan = ReadPlan::from_footer(&file.path, file.footer.clone(), &options).ok()?;

@@ -678,6 +678,24 @@ async fn device_filters_match_builtin(emulated: bool) {
     let q = "select k, f from n where f > 2.5 order by k";
     assert_same_rows(q, &sql(&builtin_n, q).await, &sql(&ours_n, q).await);
 
+    // Strings the file stores as plain Utf8 come back as views when the
+    // session asks for them (DataFusion's default), built on the device,
+    // as DataFusion's own tables give them; or as the file has them.
+    let ctx_views = context(2);
+    register_gpq(&ctx_views, "t", &path, gpu.clone()).unwrap();
+    let table = ctx_views.table_provider("t").await.unwrap();
+    assert_eq!(table.schema().field_with_name("s").unwrap().data_type(), &DataType::Utf8View);
+    let builtin_type = expected_ctx.table_provider("t").await.unwrap().schema().field_with_name("s").unwrap().data_type().clone();
+    assert_eq!(builtin_type, DataType::Utf8View, "DataFusion's own table");
+    let q = "select s, count(*) from t where s like 'ab%' or s is null group by s order by s";
+    let got = sql(&ctx_views, q).await;
+    assert_same_rows(q, &sql(&expected_ctx, q).await, &got);
+    assert_eq!(got[0].schema().field(0).data_type(), &DataType::Utf8View);
+    let ctx_plain = context(2);
+    register_gpq(&ctx_plain, "t", &path, gpu.clone().with_string_views(false)).unwrap();
+    assert_eq!(ctx_plain.table_provider("t").await.unwrap().schema().field_with_name("s").unwrap().data_type(), &DataType::Utf8);
+    assert_same_rows(q, &sql(&expected_ctx, q).await, &sql(&ctx_plain, q).await);
+
     // Partitions spread over the devices (on the emulator every ordinal is
     // the one emulated device): same answers, and EXPLAIN names them.
     let devices: Vec<usize> = if emulated { vec![0, 1] } else { (0..gpq::cuda::device_count().unwrap()).collect() };
