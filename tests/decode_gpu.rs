@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "parquet_testing_files", parquet_testing_files),
         gpu_trial(&device, "kernels_come_prebuilt", kernels_come_prebuilt),
         gpu_trial(&device, "overlapped_groups_read_what_one_group_reads", overlapped_groups),
+        gpu_trial(&device, "string_views_on_request", string_views_on_request),
     ])
 }
 
@@ -807,4 +808,41 @@ fn overlapped_groups(ctx: &Arc<GpuContext>) {
             assert_same(&path, &ReadOptions::new().with_overlap_groups(3));
         }
     }
+}
+
+/// `ReadOptions::with_string_views`: top-level strings and binary of a file
+/// whose schema says `Utf8`, `LargeUtf8`, `Binary` come back as views built
+/// on the device, equal to arrow-rs's values cast; nested strings keep their type.
+fn string_views_on_request(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 500;
+    let s: StringArray = (0..n).map(|i| (i % 7 != 0).then(|| format!("value-{i}-{}", "x".repeat(i % 20)))).collect();
+    let l: LargeStringArray = (0..n).map(|i| Some(format!("{i}"))).collect();
+    let b: BinaryArray = (0..n).map(|i| Some(format!("bytes that are long enough {i}").into_bytes())).collect::<Vec<_>>().iter().map(|v| v.as_deref()).collect();
+    let list = ListArray::from_iter_primitive::<Int32Type, _, _>((0..n).map(|i| Some(vec![Some(i as i32)])));
+    let batch = RecordBatch::try_from_iter([
+        ("s", Arc::new(s) as ArrayRef),
+        ("l", Arc::new(l)),
+        ("b", Arc::new(b)),
+        ("list", Arc::new(list)),
+    ])
+    .unwrap();
+    let path = dir.path().join("strings.parquet");
+    let props = WriterProperties::builder().set_max_row_group_row_count(Some(200)).build();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let plain = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    assert_eq!(plain.schema().field(0).data_type(), &DataType::Utf8);
+    let views = read_parquet_to_device(&path, &ReadOptions::new().with_string_views(true)).unwrap();
+    let types: Vec<DataType> = views.columns().iter().map(|c| c.device_type().clone()).collect();
+    assert_eq!(&types[..3], &[DataType::Utf8View, DataType::Utf8View, DataType::BinaryView]);
+    assert!(matches!(views.schema().field(3).data_type(), DataType::List(_)));
+    let got = views.to_record_batch().unwrap();
+    let expected = arrow_rs(&path).unwrap();
+    for (i, t) in [DataType::Utf8View, DataType::Utf8View, DataType::BinaryView].iter().enumerate() {
+        let want = arrow::compute::cast(expected.column(i), t).unwrap();
+        assert_eq!(got.column(i).as_ref(), want.as_ref(), "column {i}");
+    }
+    assert_eq!(got.column(3).as_ref(), expected.column(3).as_ref());
 }
