@@ -2,7 +2,8 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench tpch-gpus context-loss page-checks regressions sanitizer-core fuzz
+#           verify-sf10 suite criterion tpch-bench tpch-gpus context-loss page-checks regressions sanitizer-core
+#           sanitizer-filter fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
@@ -162,6 +163,10 @@ stage_sanitizer_core() {
     GPQ_TEST_SMALL=1 GPQ_NVCOMP_DEADLINE_S=120 timeout 60 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-edge_files_gpu" --test-threads=1 > "$OUT/$tool-edge.log" 2>&1
     note "$tool test-edge_files_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-edge.log" | tr '\n' ' ')"
   done
+  stage_sanitizer_filter
+}
+
+stage_sanitizer_filter() {
   # The filter, scan and gather kernels (issue 15): every tool on the fixed predicates and the sliced columns.
   for tool in memcheck racecheck synccheck; do
     GPQ_TEST_SMALL=1 timeout 120 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-filter_gpu" --test-threads=1 --skip random > "$OUT/$tool-filter.log" 2>&1
