@@ -29,39 +29,39 @@ use parquet::file::properties::WriterProperties;
 
 type TestFuture = Pin<Box<dyn Future<Output = ()>>>;
 
-/// A test run on a two-worker tokio runtime of its own.
+/// Runs `test` on a two-worker tokio runtime of its own.
+fn run(test: TestFuture) -> Result<(), libtest_mimic::Failed> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(test);
+    Ok(())
+}
+
+/// A test run on a runtime of its own.
 fn trial(name: &str, test: fn() -> TestFuture) -> Trial {
-    Trial::test(name, move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        rt.block_on(test());
-        Ok(())
-    })
+    Trial::test(name, move || run(test()))
+}
+
+/// A test that needs a device: run on a CUDA device, else on gpq's emulator
+/// (the `emulator` feature; `test` gets `true`), else reported as ignored
+/// (with GPQ_REQUIRE_GPU=1, as failed).
+fn device_trial(name: &str, test: fn(bool) -> TestFuture) -> Trial {
+    let required = std::env::var("GPQ_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let emulated = if gpq::cuda::device_available() {
+        false
+    } else if required {
+        return Trial::test(name, || Err("GPQ_REQUIRE_GPU=1 but there is no CUDA device".into()));
+    } else if gpq::cuda::emulator_compiled() {
+        true
+    } else {
+        return Trial::test(name, || Err("no CUDA device and no emulator".into())).with_ignored_flag(true);
+    };
+    Trial::test(name, move || run(test(emulated)))
 }
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let required = std::env::var("GPQ_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    // The GPU backend test runs on a CUDA device, else on gpq's emulator
-    // (builds with the `emulator` feature), else it is ignored (with
-    // GPQ_REQUIRE_GPU=1, a failure).
-    let gpu = if gpq::cuda::device_available() {
-        trial("gpu_backend_tpch", || Box::pin(gpu_backend_tpch(false)))
-    } else if required {
-        Trial::test("gpu_backend_tpch", || Err("GPQ_REQUIRE_GPU=1 but there is no CUDA device".into()))
-    } else if gpq::cuda::emulator_compiled() {
-        trial("gpu_backend_tpch", || Box::pin(gpu_backend_tpch(true)))
-    } else {
-        Trial::test("gpu_backend_tpch", || Err("no CUDA device and no emulator".into())).with_ignored_flag(true)
-    };
-    let filters = if gpq::cuda::device_available() {
-        trial("device_filters_match_builtin", || Box::pin(device_filters_match_builtin(false)))
-    } else if required {
-        Trial::test("device_filters_match_builtin", || Err("GPQ_REQUIRE_GPU=1 but there is no CUDA device".into()))
-    } else if gpq::cuda::emulator_compiled() {
-        trial("device_filters_match_builtin", || Box::pin(device_filters_match_builtin(true)))
-    } else {
-        Trial::test("device_filters_match_builtin", || Err("no CUDA device and no emulator".into())).with_ignored_flag(true)
-    };
+    let gpu = device_trial("gpu_backend_tpch", |emulated| Box::pin(gpu_backend_tpch(emulated)));
+    let filters = device_trial("device_filters_match_builtin", |emulated| Box::pin(device_filters_match_builtin(emulated)));
     let trials = vec![
         trial("tpch_22_queries_match_builtin_parquet", || Box::pin(tpch_22_queries_match_builtin_parquet())),
         trial("empty_projection_counts_rows", || Box::pin(empty_projection_counts_rows())),
