@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "kept_columns_in_any_order_and_none", kept_columns_in_any_order),
         gpu_trial(&device, "sliced_columns_filter_from_their_offset", sliced_columns_filter_from_their_offset),
         gpu_trial(&device, "what_the_device_cannot_filter_is_a_filter_error", refusals),
+        gpu_trial(&device, "masks_within_ranges_and_takes_of_another_read", masks_within_ranges),
     ])
 }
 
@@ -223,6 +224,11 @@ fn check(table: &DeviceTable, host: &RecordBatch, p: &Predicate, keep: &[usize])
     assert_eq!(stats.num_rows(), want.num_rows(), "{p:?}: rows with no columns kept");
     let f = stats.stats().filter.clone().unwrap();
     assert_eq!((f.rows_in, f.rows_out), (host.num_rows(), want.num_rows()), "{p:?}: filter stats");
+    // Late materialization's two steps: the mask (NULL is not kept), then the rows it sets.
+    let device_mask = table.filter_mask(p, None).unwrap_or_else(|e| panic!("{p:?}: mask: {e}"));
+    assert_eq!(device_mask, true_rows(&mask), "{p:?}: mask");
+    let taken = table.take_rows(&device_mask, keep).unwrap().to_record_batch().unwrap();
+    assert_batches_equal(&format!("{p:?} (take_rows)"), &want, &taken);
 }
 
 fn read(ctx: &Arc<GpuContext>) -> (tempfile::TempDir, DeviceTable, RecordBatch) {
@@ -450,6 +456,42 @@ fn sliced_columns_filter_from_their_offset(ctx: &Arc<GpuContext>) {
         check(&table, &host, &p, &all);
     }
     assert!(offsets > 0, "no column with an offset was filtered");
+}
+
+/// The rows where `mask` is TRUE (not FALSE, not NULL).
+fn true_rows(mask: &BooleanArray) -> arrow::buffer::BooleanBuffer {
+    match mask.nulls() {
+        Some(nulls) => mask.values() & nulls.inner(),
+        None => mask.values().clone(),
+    }
+}
+
+/// A mask limited to ranges of rows, computed on a read of some columns,
+/// takes the same rows from a second read of other columns (late
+/// materialization); a mask of the wrong length is refused.
+fn masks_within_ranges(ctx: &Arc<GpuContext>) {
+    let (dir, device, host) = read(ctx);
+    let s = host.schema();
+    let p = Predicate::Compare { column: column(&s, "i32"), op: CmpOp::GtEq, value: Literal::Int(0) };
+    let within = [10..700, 950..951, 1400..2999];
+    let mask = device.filter_mask(&p, Some(&within)).unwrap();
+    let host_mask = true_rows(&host_eval(&host, &p));
+    let want: arrow::buffer::BooleanBuffer = (0..host.num_rows()).map(|i| host_mask.value(i) && within.iter().any(|r| r.contains(&i))).collect();
+    assert_eq!(mask, want);
+    assert!(mask.count_set_bits() > 0 && mask.count_set_bits() < host.num_rows());
+    // The other columns, read again, taken by that mask.
+    let path = dir.path().join("filter.parquet");
+    let others = read_parquet_to_device(&path, &ReadOptions::new().with_columns(["view", "dec", "bool"])).unwrap();
+    let o = others.schema();
+    let got = others.take_rows(&mask, &[column(&o, "bool"), column(&o, "view")]).unwrap().to_record_batch().unwrap();
+    let expected = filter_record_batch(&host, &BooleanArray::new(want.clone(), None)).unwrap().project(&[column(&s, "bool"), column(&s, "view")]).unwrap();
+    assert_batches_equal("take_rows of a second read", &expected, &got);
+    // Nothing kept, everything kept, and a mask of another length.
+    let none = others.take_rows(&arrow::buffer::BooleanBuffer::new_unset(host.num_rows()), &[0, 1, 2]).unwrap();
+    assert_eq!(none.num_rows(), 0);
+    let all = others.take_rows(&arrow::buffer::BooleanBuffer::new_set(host.num_rows()), &[0, 1, 2]).unwrap();
+    assert_batches_equal("take_rows of every row", &others.to_record_batch().unwrap(), &all.to_record_batch().unwrap());
+    assert!(matches!(others.take_rows(&arrow::buffer::BooleanBuffer::new_set(5), &[0]), Err(Error::InvalidOptions(_))));
 }
 
 fn refusals(ctx: &Arc<GpuContext>) {

@@ -196,7 +196,7 @@ impl DeviceTable {
     }
 
     /// The context the table's buffers belong to (none for a table without buffers).
-    fn context(&self) -> Option<Arc<GpuContext>> {
+    pub(super) fn context(&self) -> Option<Arc<GpuContext>> {
         fn of(c: &DeviceColumn) -> Option<Arc<GpuContext>> {
             Some(c.values.context().clone()).or_else(|| c.children.iter().find_map(of))
         }

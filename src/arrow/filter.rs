@@ -27,6 +27,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow::buffer::{BooleanBuffer, Buffer};
 use arrow::datatypes::{DataType, Schema};
 
 use super::{DeviceColumn, DeviceTable};
@@ -722,7 +723,56 @@ impl DeviceTable {
     /// selection keeps of a span read whole.
     pub fn filter_columns_within(&self, predicate: &Predicate, keep: &[usize], within: Option<&[std::ops::Range<usize>]>) -> Result<DeviceTable> {
         let t0 = Instant::now();
-        let program = Program::compile(predicate, &|c| {
+        let program = self.program(predicate)?;
+        let allowed = within.map(|ranges| ranges_bitmap(ranges, self.num_rows));
+        self.gather_kept(&program, keep, allowed.as_deref(), t0)
+    }
+
+    /// Where `predicate` is TRUE, as a host bitmap of this table's rows
+    /// (only rows inside `within`, if given, can be set): the first step of
+    /// late materialization, which decodes a filter's columns, learns which
+    /// rows survive, and then decodes the other columns only where some do
+    /// (see [`DeviceTable::take_rows`]). One bit per row crosses the bus.
+    ///
+    /// [`Error::Filter`] as for [`DeviceTable::filter_columns`].
+    pub fn filter_mask(&self, predicate: &Predicate, within: Option<&[std::ops::Range<usize>]>) -> Result<BooleanBuffer> {
+        let program = self.program(predicate)?;
+        let allowed = within.map(|ranges| ranges_bitmap(ranges, self.num_rows));
+        let n = self.num_rows as u64;
+        if n == 0 {
+            return Ok(BooleanBuffer::new_unset(0));
+        }
+        let ctx = self.filter_context()?;
+        let _bound = ctx.bind_scoped()?;
+        let stream = ctx.new_stream()?;
+        let f = Filtering { stream: &stream, kernels: Kernels::for_context(&ctx)? };
+        let (bits, _, _) = f.evaluate(self, &program, n, allowed.as_deref())?;
+        let host = bits.to_host()?;
+        Ok(BooleanBuffer::new(Buffer::from_vec(host), 0, self.num_rows))
+    }
+
+    /// The rows whose bit in `mask` (one per row of this table, such as a
+    /// [`DeviceTable::filter_mask`] of another read of the same rows) is
+    /// set, of the columns `keep` (by index, in that order), in fresh
+    /// buffers. The result's statistics are this table's, with
+    /// [`ReadStats::filter`](crate::ReadStats::filter) set.
+    ///
+    /// [`Error::InvalidOptions`] when the mask's length is not the table's
+    /// row count; [`Error::Filter`] when a column of `keep` cannot be
+    /// gathered on the device (a nested one).
+    pub fn take_rows(&self, mask: &BooleanBuffer, keep: &[usize]) -> Result<DeviceTable> {
+        let t0 = Instant::now();
+        if mask.len() != self.num_rows {
+            return Err(Error::InvalidOptions(format!("a mask of {} rows for a table of {}", mask.len(), self.num_rows)));
+        }
+        let program = Program::compile(&Predicate::Const(Some(true)), &|c| Err(Error::Filter(format!("no column {c} in a constant"))))?;
+        let bits = mask.sliced();
+        self.gather_kept(&program, keep, Some(bits.as_slice()), t0)
+    }
+
+    /// `predicate` compiled against this table's columns.
+    fn program(&self, predicate: &Predicate) -> Result<Program> {
+        Program::compile(predicate, &|c| {
             let col = self.columns.get(c).ok_or_else(|| Error::Filter(format!("no column {c}")))?;
             if col.is_nested() || col.device_type != *col.field.data_type() {
                 return Err(Error::Filter(format!(
@@ -733,7 +783,17 @@ impl DeviceTable {
                 )));
             }
             column_kind(&col.device_type).ok_or_else(|| Error::Filter(format!("column {} of type {} has no device comparison", col.field.name(), col.device_type)))
-        })?;
+        })
+    }
+
+    /// The context of the table's buffers.
+    fn filter_context(&self) -> Result<Arc<crate::cuda::GpuContext>> {
+        self.context().ok_or_else(|| Error::Filter("a table without columns".into()))
+    }
+
+    /// The rows where `program` is TRUE and `allowed` (a bitmap of the
+    /// table's rows, if given) is set, of the columns `keep`.
+    fn gather_kept(&self, program: &Program, keep: &[usize], allowed: Option<&[u8]>, t0: Instant) -> Result<DeviceTable> {
         let kept_columns: Vec<&DeviceColumn> = keep
             .iter()
             .map(|&c| self.columns.get(c).ok_or_else(|| Error::Filter(format!("no column {c} to keep"))))
@@ -745,23 +805,11 @@ impl DeviceTable {
         let schema = Arc::new(Schema::new_with_metadata(fields, self.schema.metadata().clone()));
         let n = self.num_rows as u64;
         let mut stats = self.stats.clone();
-        // A table with no columns to read (only constants): no device work.
-        let Some(ctx) = self.columns.first().map(|c| c.values.context().clone()) else {
-            return Err(Error::Filter("a table without columns".into()));
-        };
+        let ctx = self.filter_context()?;
         let _bound = ctx.bind_scoped()?;
         let stream = ctx.new_stream()?;
         let f = Filtering { stream: &stream, kernels: Kernels::for_context(&ctx)? };
-        let allowed = within.map(|ranges| {
-            let mut bitmap = vec![0u8; self.num_rows.div_ceil(8)];
-            for r in ranges {
-                for i in r.start.min(self.num_rows)..r.end.min(self.num_rows) {
-                    bitmap[i / 8] |= 1 << (i % 8);
-                }
-            }
-            bitmap
-        });
-        let rows = if n == 0 { DeviceBuffer::alloc(&stream, 0, "filter rows")? } else { f.kept_rows(self, &program, n, allowed.as_deref())? };
+        let rows = if n == 0 { DeviceBuffer::alloc(&stream, 0, "filter rows")? } else { f.kept_rows(self, program, n, allowed)? };
         let m = rows.len() / 4;
         let columns = kept_columns.iter().map(|c| f.gather_column(c, &rows, m)).collect::<Result<Vec<_>>>()?;
         stream.synchronize()?;
@@ -770,10 +818,41 @@ impl DeviceTable {
     }
 }
 
+/// A bitmap of `n` rows with the rows inside `ranges` set.
+fn ranges_bitmap(ranges: &[std::ops::Range<usize>], n: usize) -> Vec<u8> {
+    let mut bitmap = vec![0u8; n.div_ceil(8)];
+    for r in ranges {
+        for i in r.start.min(n)..r.end.min(n) {
+            bitmap[i / 8] |= 1 << (i % 8);
+        }
+    }
+    bitmap
+}
+
 impl Filtering<'_> {
     /// Evaluates `program` over the table's `n` rows: the kept rows' numbers
     /// (u32, in order) in a buffer of exactly their count.
     fn kept_rows(&self, table: &DeviceTable, program: &Program, n: u64, allowed: Option<&[u8]>) -> Result<DeviceBuffer> {
+        let (bits, counts, words) = self.evaluate(table, program, n, allowed)?;
+        let m = self.exclusive_scan(&counts, words)?;
+        let rows = DeviceBuffer::alloc(self.stream, bytes_of(m, 4)?, "filter rows")?;
+        let status = DeviceBuffer::from_host(self.stream, &[0u8; 4], "filter status")?;
+        if m > 0 {
+            let mut args = KernelArgs::new().arg(bits.ptr()).arg(counts.ptr()).arg(words).arg(rows.ptr()).arg(m).arg(status.ptr());
+            // SAFETY: arguments match gpq_filter_rows; `rows` holds m u32, `counts` now the words' bases.
+            unsafe { self.kernels.launch(Kernel::FilterRows, grid_for(words), BLOCK, 0, self.stream, &mut args)? };
+            let s: Vec<u32> = from_bytes(&status.to_host()?);
+            if s[0] != 0 {
+                return Err(Error::Internal("the device filter listed more rows than it counted".into()));
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Evaluates `program` over the table's `n` rows: the bitmap of the
+    /// kept rows (u32 words), each word's count of them (u64), and the
+    /// number of words.
+    fn evaluate(&self, table: &DeviceTable, program: &Program, n: u64, allowed: Option<&[u8]>) -> Result<(DeviceBuffer, DeviceBuffer, u64)> {
         if n > u32::MAX as u64 {
             return Err(Error::Filter(format!("{n} rows are more than a device filter takes at once (2^32)")));
         }
@@ -843,20 +922,8 @@ impl Filtering<'_> {
         if done[0].status != 0 {
             return Err(Error::Internal("the device filter read outside a column's buffers".into()));
         }
-        let m = self.exclusive_scan(&counts, words)?;
-        let rows = DeviceBuffer::alloc(self.stream, bytes_of(m, 4)?, "filter rows")?;
-        let status = DeviceBuffer::from_host(self.stream, &[0u8; 4], "filter status")?;
-        if m > 0 {
-            let mut args = KernelArgs::new().arg(bits.ptr()).arg(counts.ptr()).arg(words).arg(rows.ptr()).arg(m).arg(status.ptr());
-            // SAFETY: arguments match gpq_filter_rows; `rows` holds m u32, `counts` now the words' bases.
-            unsafe { self.kernels.launch(Kernel::FilterRows, grid_for(words), BLOCK, 0, self.stream, &mut args)? };
-            let s: Vec<u32> = from_bytes(&status.to_host()?);
-            if s[0] != 0 {
-                return Err(Error::Internal("the device filter listed more rows than it counted".into()));
-            }
-        }
         drop(d);
-        Ok(rows)
+        Ok((bits, counts, words))
     }
 }
 
