@@ -46,6 +46,7 @@ use gpq::{ColumnSelector, DeviceReaderBuilder, DeviceTable, Error};
 use crate::cpu::read_run;
 use crate::file::GpqFile;
 use crate::filter::ScanFilter;
+use crate::late::{LatePlan, LateProgress, read_late};
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
 use crate::units::ScanUnit;
@@ -84,21 +85,25 @@ impl Decoder for GpuDecoder {
 /// first selected row to its last (a row group with several selected runs
 /// is still read once, only the pages of its span), and within each span the
 /// rows the page index keeps, cut on the host after the copy.
-struct RunSpans {
+pub(crate) struct RunSpans {
     /// For the reader: each unit's span (`None`: every row of every unit).
-    selection: Option<RowSelection>,
+    pub selection: Option<RowSelection>,
     /// Per unit, its span's rows and the selectors inside it (`None`: all).
-    spans: Vec<(usize, Option<Vec<RowSelector>>)>,
+    pub spans: Vec<(usize, Option<Vec<RowSelector>>)>,
+    /// Per unit, its span's first row in its row group.
+    pub starts: Vec<usize>,
 }
 
 impl RunSpans {
-    fn new(units: &[ScanUnit]) -> RunSpans {
+    pub fn new(units: &[ScanUnit]) -> RunSpans {
         let mut reader: Vec<RowSelector> = Vec::new();
         let mut spans = Vec::with_capacity(units.len());
+        let mut starts = Vec::with_capacity(units.len());
         for u in units {
             let Some(selection) = &u.selection else {
                 reader.push(RowSelector::select(u.rg_rows));
                 spans.push((u.rg_rows, None));
+                starts.push(0);
                 continue;
             };
             // The span: from the first selected row to the end of the last.
@@ -125,9 +130,10 @@ impl RunSpans {
             }
             let whole = inner.iter().all(|s| !s.skip);
             spans.push((end - first, (!whole).then_some(inner)));
+            starts.push(first);
         }
         let all = units.iter().all(|u| u.selection.is_none());
-        RunSpans { selection: (!all).then(|| RowSelection::from(reader)), spans }
+        RunSpans { selection: (!all).then(|| RowSelection::from(reader)), spans, starts }
     }
 
     /// Whether the reader's rows are the scan's rows (no gaps inside spans).
@@ -136,7 +142,7 @@ impl RunSpans {
     }
 
     /// Rows the reader returns for the run.
-    fn span_rows(&self) -> usize {
+    pub fn span_rows(&self) -> usize {
         self.spans.iter().fold(0usize, |acc, (n, _)| acc.saturating_add(*n))
     }
 
@@ -171,21 +177,26 @@ impl RunSpans {
 
 /// Walks a run's batches through its spans: which rows of each batch the
 /// scan keeps.
-struct SpanCursor<'a> {
+pub(crate) struct SpanCursor<'a> {
     spans: &'a [(usize, Option<Vec<RowSelector>>)],
     /// The span being walked, and the rows of it already seen.
     unit: usize,
     seen: usize,
 }
 
-impl SpanCursor<'_> {
+impl<'a> SpanCursor<'a> {
+    /// A cursor at the start of `spans`.
+    pub fn new(spans: &'a [(usize, Option<Vec<RowSelector>>)]) -> SpanCursor<'a> {
+        SpanCursor { spans, unit: 0, seen: 0 }
+    }
+
     /// The slices of `batch` (the reader's next rows) the scan keeps.
     fn keep(&mut self, batch: &RecordBatch) -> Vec<RecordBatch> {
         self.keep_ranges(batch.num_rows()).into_iter().map(|r| batch.slice(r.start, r.len())).collect()
     }
 
     /// The rows of the reader's next `n` the scan keeps, as ranges.
-    fn keep_ranges(&mut self, n: usize) -> Vec<std::ops::Range<usize>> {
+    pub fn keep_ranges(&mut self, n: usize) -> Vec<std::ops::Range<usize>> {
         let mut out = Vec::new();
         let mut at = 0usize;
         while at < n && self.unit < self.spans.len() {
@@ -241,19 +252,27 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     let (mut sent, mut stopped) = (0usize, false);
     // Reader rows whose kept rows the sink has (before the scan's filters).
     let mut consumed = 0usize;
+    // Late materialization, where it applies (see the `late` module); its
+    // progress is where a CPU read takes over if it fails.
+    let late = match &scan.filter {
+        Some(filter) if scan.options.late_materialization => LatePlan::new(scan, filter).map(|plan| (filter, plan)),
+        _ => None,
+    };
+    let mut late_progress = LateProgress::default();
+    let mut late_active = late.is_some();
     let result = (|| -> gpq::Result<()> {
-        let mut reader = reader(scan, file, &roots, units, &spans, limit)?;
-        let mut cursor = SpanCursor { spans: &spans.spans, unit: 0, seen: 0 };
+        if let Some((filter, plan)) = &late {
+            if read_late(scan, file, units, &spans, filter, plan, sink, &mut late_progress)? {
+                return Ok(());
+            }
+            late_active = false;
+        }
+        let limit = limit.filter(|_| spans.exact());
+        let mut reader = reader(scan, file, &roots, units, spans.selection.as_ref(), limit)?;
+        let mut cursor = SpanCursor::new(&spans.spans);
         let mut read = 0usize;
         loop {
-            if scan.take_injected_fault() {
-                return Err(Error::GpuContextLost {
-                    device: scan.device,
-                    call: "injected fault",
-                    detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
-                    recovered: true,
-                });
-            }
+            injected_fault(scan)?;
             let Some(table) = reader.next() else { break };
             let table = table?;
             read = read.saturating_add(table.num_rows());
@@ -306,7 +325,13 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     })();
     // Where a CPU read takes over: the selected rows the sink has (with the
     // scan's filters, those of the reader rows consumed, however many passed).
-    let resume = if scan.filter.is_some() { spans.selected_before(consumed) } else { sent };
+    let resume = if late_active {
+        spans.selected_before(late_progress.consumed)
+    } else if scan.filter.is_some() {
+        spans.selected_before(consumed)
+    } else {
+        sent
+    };
     match result {
         Ok(()) => Ok(false),
         Err(e) if falls_back_to_cpu(&e) => {
@@ -333,15 +358,29 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     }
 }
 
+/// Fails as if the GPU context were lost when the scan's tests injected
+/// such a fault for this pass.
+pub(crate) fn injected_fault(scan: &PartitionScan) -> gpq::Result<()> {
+    if scan.take_injected_fault() {
+        return Err(Error::GpuContextLost {
+            device: scan.device,
+            call: "injected fault",
+            detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
+            recovered: true,
+        });
+    }
+    Ok(())
+}
+
 /// The batch reader of `units` (row groups of `file`): the top-level fields
-/// `roots`, the run's spans, and at most `limit` rows where the spans hold
-/// only the scan's rows (otherwise the rows cut on the host would count).
-fn reader(
+/// `roots`, the rows `selection` selects of those row groups (`None`: all),
+/// and at most `limit` rows.
+pub(crate) fn reader(
     scan: &PartitionScan,
     file: &GpqFile,
     roots: &[usize],
     units: &[ScanUnit],
-    spans: &RunSpans,
+    selection: Option<&RowSelection>,
     limit: Option<usize>,
 ) -> gpq::Result<gpq::DeviceBatchReader> {
     let options = scan
@@ -356,10 +395,10 @@ fn reader(
         .with_options(options)
         .with_pass_bytes(scan.options.gpu_read_bytes)
         .with_decode_ahead(DECODE_AHEAD);
-    if let Some(selection) = &spans.selection {
+    if let Some(selection) = selection {
         builder = builder.with_row_selection(selection.clone());
     }
-    if let (Some(limit), true) = (limit, spans.exact()) {
+    if let Some(limit) = limit {
         builder = builder.with_limit(limit);
     }
     builder.build()
@@ -411,9 +450,23 @@ fn filtered_on_device(
 }
 
 /// Copies a decoded batch to the host, recording the read's metrics.
-fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordBatch> {
+pub(crate) fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordBatch> {
+    record_read(scan, table.stats());
     let m = &scan.metrics;
-    let stats = table.stats();
+    let t0 = Instant::now();
+    m.bytes_to_host.add(usize::try_from(table.host_copy_bytes()).unwrap_or(usize::MAX));
+    let (batch, pinned) = table.to_record_batch_staged()?;
+    drop(table);
+    m.copy_time.add_elapsed(t0);
+    if !pinned {
+        m.pageable_copies.add(1);
+    }
+    Ok(batch)
+}
+
+/// Records a device read's metrics (its stages' times, bytes and IO path).
+pub(crate) fn record_read(scan: &PartitionScan, stats: &gpq::ReadStats) {
+    let m = &scan.metrics;
     m.device_reads.add(1);
     m.plan_time.add_duration(stats.plan);
     m.decompress_time.add_duration(stats.decompress);
@@ -426,15 +479,6 @@ fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordB
             seen.push(io.path.name().to_string());
         }
     }
-    let t0 = Instant::now();
-    m.bytes_to_host.add(usize::try_from(table.host_copy_bytes()).unwrap_or(usize::MAX));
-    let (batch, pinned) = table.to_record_batch_staged()?;
-    drop(table);
-    m.copy_time.add_elapsed(t0);
-    if !pinned {
-        m.pageable_copies.add(1);
-    }
-    Ok(batch)
 }
 
 /// Whether a device read that failed with `e` is answered by the CPU: the
@@ -506,7 +550,7 @@ mod tests {
         // Its 150 rows, in batches that cut spans anywhere: the scan keeps 100 + 20 + 10.
         let all = batch(150);
         for cuts in [vec![150], vec![1, 149], vec![100, 15, 16, 19], vec![70, 70, 10]] {
-            let mut cursor = SpanCursor { spans: &spans.spans, unit: 0, seen: 0 };
+            let mut cursor = SpanCursor::new(&spans.spans);
             let mut got = Vec::new();
             let mut at = 0;
             for n in cuts {

@@ -79,6 +79,7 @@ mod exec;
 mod file;
 mod filter;
 mod gpu;
+mod late;
 mod options;
 mod pruning;
 mod scan;

@@ -86,6 +86,12 @@ pub struct GpqTableOptions {
     /// `Exact` and DataFusion plans no filter for them; a batch the device
     /// cannot filter is filtered on the host by the scan.
     pub device_filters: bool,
+    /// GPU backend, with device filters: decode the filters' columns first
+    /// and the other output columns only from each row group's first
+    /// surviving row to its last (row groups without survivors not at
+    /// all), copying only the kept rows. On by default; off, every read
+    /// column is decoded in one read and filtered there.
+    pub late_materialization: bool,
     /// GPU backend: the devices a scan's partitions are spread over, round
     /// robin (partition `i` decodes on `devices[i % devices.len()]`); empty
     /// (the default): every partition on `read.device`.
@@ -119,6 +125,7 @@ impl Default for GpqTableOptions {
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_fallback: true,
             device_filters: true,
+            late_materialization: true,
             devices: Vec::new(),
             string_views: None,
             inject_gpu_context_loss: 0,
@@ -161,6 +168,13 @@ impl GpqTableOptions {
     /// Evaluate pushed-down filters on the device (see [`GpqTableOptions::device_filters`]).
     pub fn with_device_filters(mut self, enabled: bool) -> Self {
         self.device_filters = enabled;
+        self
+    }
+
+    /// Decode non-filter columns only where rows survive the device filters
+    /// (see [`GpqTableOptions::late_materialization`]).
+    pub fn with_late_materialization(mut self, enabled: bool) -> Self {
+        self.late_materialization = enabled;
         self
     }
 

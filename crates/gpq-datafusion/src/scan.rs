@@ -62,6 +62,9 @@ pub(crate) struct PartitionMetrics {
     pub device_filter_time: Time,
     /// Device batches the device could not filter (filtered on the host).
     pub device_filter_fallbacks: Count,
+    /// Rows of the run spans whose non-filter columns late materialization
+    /// did not decode (no survivor between them and the row group's ends).
+    pub late_rows_skipped: Count,
     /// Rows the scan's filters were evaluated on, on the host.
     pub host_filter_rows_in: Count,
     /// Rows the host filters kept.
@@ -89,6 +92,7 @@ impl PartitionMetrics {
             device_filter_rows_out: count("device_filter_rows_out"),
             device_filter_time: time("device_filter_time"),
             device_filter_fallbacks: count("device_filter_fallbacks"),
+            late_rows_skipped: count("late_rows_skipped"),
             host_filter_rows_in: count("host_filter_rows_in"),
             host_filter_rows_out: count("host_filter_rows_out"),
         }
