@@ -6,8 +6,8 @@
 #   scripts/device-test.sh            # build and stage
 #   then, with the device tool:  run  command: "bash .device/core/run.sh tests"   carry: [".device/core"]
 #
-# The device tool carries at most 64 MiB per call, so there are two bundles,
-# each with the CLI, nvCOMP and the run script (scripts/device-run.sh):
+# The device tool carries at most 64 MiB per call, so there are several
+# bundles, each with nvCOMP and the run script (scripts/device-run.sh):
 #   .device/core  the core crate's test binaries, the criterion benches, the
 #                 parquet-testing corpus, the regression files, and the fuzzer
 #                 (gpq-fuzz, fuzz.py: run.sh stage fuzz)
@@ -15,13 +15,20 @@
 #                 nanoarrow and pytest: run.sh stage python
 #   .device/df    the DataFusion crate's TPC-H test binary (and, with
 #                 DEVICE_DF_TESTS, .device/df2 with its other test binaries)
+#   .device/bench the CLI alone, for the benchmark stages (tpch-bench,
+#                 tpch-gpus, suite...): DEVICE_BUNDLES=bench builds only it
+# DEVICE_BUNDLES (default core,df; or core, python, bench) picks the bundles;
+# other bundles already staged are kept.
 # SKIP_BENCHES=1 skips the criterion benches (a build of its own).
 # run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 stage=$root/.device
-rm -rf "$stage"
+bundles=${DEVICE_BUNDLES:-core,df}
+for b in ${bundles//,/ }; do rm -rf "${stage:?}/$b"; done
+[ "$bundles" = "core,df" ] && rm -rf "$stage/df2"
+rm -rf "$stage/bin" "$stage/lib" "$stage/data" "$stage/wheels"
 mkdir -p "$stage/bin" "$stage/lib"
 
 echo "== building release binaries"
@@ -32,13 +39,12 @@ cargo build --release -p gpq --bin gpq-nvcomp-worker
 # tests, the CLI and the fuzzer), skipping the DataFusion test binary.
 # DEVICE_BUNDLES=python builds and stages only the Python bundle (the CLI,
 # the package's wheel, nanoarrow and pytest).
-bundles=${DEVICE_BUNDLES:-core,df}
 if [ "$bundles" = core ]; then tests=(-p gpq); else tests=(--workspace); fi
-if [ "$bundles" = python ]; then : > "$stage/test.json"; else
+if [ "$bundles" = python ] || [ "$bundles" = bench ]; then : > "$stage/test.json"; else
   cargo test --release "${tests[@]}" --no-run --message-format=json 2>/dev/null > "$stage/test.json"
 fi
 # SKIP_BENCHES=1 leaves the criterion benches out (stage criterion then has nothing to run).
-if [ "${SKIP_BENCHES:-0}" = 1 ] || [ "$bundles" = python ]; then : > "$stage/bench.json"; else
+if [ "${SKIP_BENCHES:-0}" = 1 ] || [ "$bundles" = python ] || [ "$bundles" = bench ]; then : > "$stage/bench.json"; else
   cargo bench -p gpq --no-run --message-format=json 2>/dev/null > "$stage/bench.json"
 fi
 
@@ -132,18 +138,22 @@ if [ "$bundles" = python ]; then
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 -d "$stage/wheels" nanoarrow pytest
   bundle python bin/gpq bin/gpq-nvcomp-worker lib wheels
-else
+elif [ "$bundles" = bench ]; then
+  bundle bench bin/gpq bin/gpq-nvcomp-worker lib
+elif [[ ",$bundles," == *,core,* ]]; then
   bundle core "${core[@]}"
 fi
 # The DataFusion crate's test binaries are ~120 MB each (stripped): the df
 # bundle carries the TPC-H one (22 queries, GPU backend); the others
 # (DEVICE_DF_TESTS, e.g. "changed_files gpu_context_lost") go in a df2 bundle.
-if [ "$bundles" != core ] && [ "$bundles" != python ]; then
-  bundle df bin/gpq bin/gpq-nvcomp-worker bin/test-tpch lib
+if [ "$bundles" = core,df ] || [ "$bundles" = df ]; then
+  # Without the CLI: with it the bundle passes 64 MiB (the bench bundle has it).
+  bundle df bin/gpq-nvcomp-worker bin/test-tpch lib
   df2=(); for t in ${DEVICE_DF_TESTS:-}; do df2+=(bin/test-$t); done
   if [ ${#df2[@]} -gt 0 ]; then bundle df2 bin/gpq-nvcomp-worker "${df2[@]}" lib; fi
 fi
 rm -rf "$stage/bin" "$stage/lib" "$stage/data" "$stage/wheels"
 echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
-echo "                          or:  command: bash .device/df/run.sh tests tpch-bench   carry: [\".device/df\"]"
+echo "                          or:  command: bash .device/df/run.sh tests   carry: [\".device/df\"]"
+echo "                          or:  command: bash .device/bench/run.sh tpch-bench   carry: [\".device/bench\"]"

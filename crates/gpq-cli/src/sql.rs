@@ -100,8 +100,9 @@ pub struct TpchBenchArgs {
     /// Timed runs per query and engine, after one warm-up; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Also time gpq with device filters off, and report the bytes gpq's
-    /// scans copied to the host with device filters and without.
+    /// Also time gpq with device filters off and with late materialization
+    /// the other way round, and report the bytes gpq's scans copied to the
+    /// host with device filters and without.
     #[arg(long)]
     pub compare_device_filters: bool,
     #[command(flatten)]
@@ -226,10 +227,15 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
         let ours = args.engine.context();
         queries::register_tables(&ours, &args.data, &TableSource::Gpq(options.clone())).await?;
         let plain = args.engine.context();
+        let eager = args.engine.context();
         if args.compare_device_filters {
             let off = options.clone().with_device_filters(false);
             queries::register_tables(&plain, &args.data, &TableSource::Gpq(off)).await?;
+            let eager_options = options.clone().with_late_materialization(!options.late_materialization);
+            queries::register_tables(&eager, &args.data, &TableSource::Gpq(eager_options)).await?;
         }
+        // The compared column: late materialization the other way round.
+        let other_late = if options.late_materialization { "without" } else { "with" };
         let partitions = ours.state().config().target_partitions();
         println!(
             "TPC-H over {}: backend {}, {partitions} partitions, batch size {}, median of {} after one warm-up",
@@ -239,13 +245,15 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
             args.repeat.max(1)
         );
         if args.compare_device_filters {
-            println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | gpq without device filters s | MB to host (device filters / none) | same result |");
-            println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+            println!(
+                "\n| query | rows | built-in Parquet s | gpq s | speed-up | gpq without device filters s | gpq {other_late} late materialization s | MB to host (device filters / none) | same result |"
+            );
+            println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
         } else {
             println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | same result |");
             println!("| ---: | ---: | ---: | ---: | ---: | --- |");
         }
-        let (mut total_b, mut total_g, mut total_p) = (0.0, 0.0, 0.0);
+        let (mut total_b, mut total_g, mut total_p, mut total_e) = (0.0, 0.0, 0.0, 0.0);
         let (mut bytes_on, mut bytes_off) = (0u64, 0u64);
         for n in list {
             let (b, expected) = time_query(&builtin, n, args.repeat).await?;
@@ -259,12 +267,15 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
                 let (p, plain_rows) = time_query(&plain, n, args.repeat).await?;
                 same &= same_rows(&expected, &plain_rows)?;
                 total_p += p;
+                let (e, eager_rows) = time_query(&eager, n, args.repeat).await?;
+                same &= same_rows(&expected, &eager_rows)?;
+                total_e += e;
                 let (on, off) = (bytes_to_host(&ours, n).await?, bytes_to_host(&plain, n).await?);
                 bytes_on += on;
                 bytes_off += off;
                 let mb = |b: u64| b as f64 / 1e6;
                 println!(
-                    "| q{n} | {rows} | {b:.3} | {g:.3} | {speedup:.2}x | {p:.3} | {:.1} / {:.1} | {} |",
+                    "| q{n} | {rows} | {b:.3} | {g:.3} | {speedup:.2}x | {p:.3} | {e:.3} | {:.1} / {:.1} | {} |",
                     mb(on),
                     mb(off),
                     if same { "yes" } else { "NO" }
@@ -278,7 +289,7 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
         }
         if args.compare_device_filters {
             println!(
-                "| total | | {total_b:.3} | {total_g:.3} | {:.2}x | {total_p:.3} | {:.1} / {:.1} | |",
+                "| total | | {total_b:.3} | {total_g:.3} | {:.2}x | {total_p:.3} | {total_e:.3} | {:.1} / {:.1} | |",
                 total_b / total_g.max(1e-9),
                 bytes_on as f64 / 1e6,
                 bytes_off as f64 / 1e6

@@ -26,6 +26,12 @@
 //! (`scan_filters[device]`), and the metrics count the rows before and after
 //! them and the bytes copied to the host.
 //!
+//! With [`GpqTableOptions::late_materialization`] (on by default) a scan
+//! with device filters decodes the filters' columns first, and the other
+//! output columns only from each row group's first surviving row to its
+//! last, skipping row groups without survivors
+//! (`late_rows_skipped` counts the rows not decoded).
+//!
 //! # Backends
 //!
 //! - [`Backend::Gpu`]: each partition reads its row groups of each file with
