@@ -7,9 +7,12 @@
 //! [`GpqTableOptions::gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes)
 //! of projected compressed bytes and reads the next pass while the device
 //! decodes the current one. With the page index's row selections it reads
-//! and decodes, of each row group, only the pages of its span (its first to
-//! its last selected row), cut on the device; pages before and after the
-//! span cost neither IO nor decode time. Each row group is read once, however
+//! and decodes, of a row group, only the pages of its span (its first to
+//! its last selected row), cut on the device, where the rows cut away hold
+//! at least half a pass of compressed bytes; pages before and after the
+//! span then cost neither IO nor decode time. (A cut row group ends a run
+//! of consecutive rows, and so a pass: smaller cuts cost more than they
+//! save, and such row groups are read whole.) Each row group is read once, however
 //! many runs of selected rows it has: the rows between them are cut on the
 //! host after the copy. A scan's row limit goes to the reader too where the
 //! spans hold only selected rows, so the last pages it would not need stay
@@ -34,18 +37,15 @@
 //! Errors that are the file's fault ([`gpq::Error::is_bad_input`]) still fail
 //! the query: corrupt data never falls back silently.
 
-use std::time::Instant;
-
 use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
-use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use tracing::{debug, warn};
 
-use gpq::{ColumnSelector, DeviceReaderBuilder, DeviceTable, Error};
+use gpq::{DeviceTable, Error};
 
 use crate::cpu::read_run;
-use crate::file::GpqFile;
 use crate::filter::ScanFilter;
+use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader};
 use crate::late::{LatePlan, LateProgress, read_late};
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
@@ -54,12 +54,6 @@ use crate::units::ScanUnit;
 /// gpq on the GPU.
 #[derive(Debug)]
 pub(crate) struct GpuDecoder;
-
-/// Passes one partition's reader decodes at once. One: the partitions
-/// already keep the device busy together, and each pass in flight holds its
-/// own device memory (the reader still reads the next pass's chunks while
-/// the current one decodes).
-const DECODE_AHEAD: usize = 1;
 
 impl Decoder for GpuDecoder {
     fn produce(&self, scan: &PartitionScan, sink: &mut Sink) -> Result<()> {
@@ -81,152 +75,6 @@ impl Decoder for GpuDecoder {
     }
 }
 
-/// How a run is read on the device: one span of rows per unit, from its
-/// first selected row to its last (a row group with several selected runs
-/// is still read once, only the pages of its span), and within each span the
-/// rows the page index keeps, cut on the host after the copy.
-pub(crate) struct RunSpans {
-    /// For the reader: each unit's span (`None`: every row of every unit).
-    pub selection: Option<RowSelection>,
-    /// Per unit, its span's rows and the selectors inside it (`None`: all).
-    pub spans: Vec<(usize, Option<Vec<RowSelector>>)>,
-    /// Per unit, its span's first row in its row group.
-    pub starts: Vec<usize>,
-}
-
-impl RunSpans {
-    pub fn new(units: &[ScanUnit]) -> RunSpans {
-        let mut reader: Vec<RowSelector> = Vec::new();
-        let mut spans = Vec::with_capacity(units.len());
-        let mut starts = Vec::with_capacity(units.len());
-        for u in units {
-            let Some(selection) = &u.selection else {
-                reader.push(RowSelector::select(u.rg_rows));
-                spans.push((u.rg_rows, None));
-                starts.push(0);
-                continue;
-            };
-            // The span: from the first selected row to the end of the last.
-            let (mut at, mut first, mut end) = (0usize, None, 0usize);
-            for s in selection.iter() {
-                if !s.skip && s.row_count > 0 {
-                    first.get_or_insert(at);
-                    end = at + s.row_count;
-                }
-                at += s.row_count;
-            }
-            let first = first.unwrap_or(0).min(u.rg_rows);
-            let end = end.clamp(first, u.rg_rows);
-            reader.extend([RowSelector::skip(first), RowSelector::select(end - first), RowSelector::skip(u.rg_rows - end)]);
-            // The selectors inside the span.
-            let mut inner: Vec<RowSelector> = Vec::new();
-            let mut at = 0usize;
-            for s in selection.iter() {
-                let (a, b) = (at.max(first), (at + s.row_count).min(end));
-                at += s.row_count;
-                if a < b {
-                    inner.push(if s.skip { RowSelector::skip(b - a) } else { RowSelector::select(b - a) });
-                }
-            }
-            let whole = inner.iter().all(|s| !s.skip);
-            spans.push((end - first, (!whole).then_some(inner)));
-            starts.push(first);
-        }
-        let all = units.iter().all(|u| u.selection.is_none());
-        RunSpans { selection: (!all).then(|| RowSelection::from(reader)), spans, starts }
-    }
-
-    /// Whether the reader's rows are the scan's rows (no gaps inside spans).
-    fn exact(&self) -> bool {
-        self.spans.iter().all(|(_, inner)| inner.is_none())
-    }
-
-    /// Rows the reader returns for the run.
-    pub fn span_rows(&self) -> usize {
-        self.spans.iter().fold(0usize, |acc, (n, _)| acc.saturating_add(*n))
-    }
-
-    /// Selected rows among the reader's first `read` rows.
-    fn selected_before(&self, read: usize) -> usize {
-        let (mut left, mut selected) = (read, 0usize);
-        for (len, inner) in &self.spans {
-            let take = (*len).min(left);
-            selected += match inner {
-                None => take,
-                Some(selectors) => {
-                    let mut pos = 0usize;
-                    let mut n = 0usize;
-                    for s in selectors {
-                        let end = (pos + s.row_count).min(take);
-                        if !s.skip && pos < end {
-                            n += end - pos;
-                        }
-                        pos += s.row_count;
-                    }
-                    n
-                }
-            };
-            left -= take;
-            if left == 0 {
-                break;
-            }
-        }
-        selected
-    }
-}
-
-/// Walks a run's batches through its spans: which rows of each batch the
-/// scan keeps.
-pub(crate) struct SpanCursor<'a> {
-    spans: &'a [(usize, Option<Vec<RowSelector>>)],
-    /// The span being walked, and the rows of it already seen.
-    unit: usize,
-    seen: usize,
-}
-
-impl<'a> SpanCursor<'a> {
-    /// A cursor at the start of `spans`.
-    pub fn new(spans: &'a [(usize, Option<Vec<RowSelector>>)]) -> SpanCursor<'a> {
-        SpanCursor { spans, unit: 0, seen: 0 }
-    }
-
-    /// The slices of `batch` (the reader's next rows) the scan keeps.
-    fn keep(&mut self, batch: &RecordBatch) -> Vec<RecordBatch> {
-        self.keep_ranges(batch.num_rows()).into_iter().map(|r| batch.slice(r.start, r.len())).collect()
-    }
-
-    /// The rows of the reader's next `n` the scan keeps, as ranges.
-    pub fn keep_ranges(&mut self, n: usize) -> Vec<std::ops::Range<usize>> {
-        let mut out = Vec::new();
-        let mut at = 0usize;
-        while at < n && self.unit < self.spans.len() {
-            let (len, inner) = &self.spans[self.unit];
-            let take = (len - self.seen).min(n - at);
-            match inner {
-                None => out.push(at..at + take),
-                Some(selectors) => {
-                    // The selected parts of span rows [seen, seen + take).
-                    let (mut pos, lo, hi) = (0usize, self.seen, self.seen + take);
-                    for s in selectors {
-                        let (a, b) = (pos.max(lo), (pos + s.row_count).min(hi));
-                        if !s.skip && a < b {
-                            out.push(at + a - lo..at + b - lo);
-                        }
-                        pos += s.row_count;
-                    }
-                }
-            }
-            at += take;
-            self.seen += take;
-            if self.seen == *len {
-                self.unit += 1;
-                self.seen = 0;
-            }
-        }
-        out
-    }
-}
-
 /// Reads `units` (consecutive row groups of one file) on the device and
 /// sends their batches. Returns whether the device is unusable for the rest
 /// of the partition (it lost its context and could not be reset).
@@ -245,7 +93,7 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
         DataFusionError::Internal(format!("gpq scan: no file {} in the table", first.file))
     })?;
     let (roots, positions) = read_layout(file, &scan.read_columns);
-    let spans = RunSpans::new(units);
+    let spans = RunSpans::new(units, min_cut_bytes(scan));
     let wanted: usize = units.iter().fold(0usize, |acc, u| acc.saturating_add(u.rows));
     let limit = scan.reader_limit(sink);
     // Rows sent to the sink, and whether the sink wanted no more.
@@ -358,52 +206,6 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     }
 }
 
-/// Fails as if the GPU context were lost when the scan's tests injected
-/// such a fault for this pass.
-pub(crate) fn injected_fault(scan: &PartitionScan) -> gpq::Result<()> {
-    if scan.take_injected_fault() {
-        return Err(Error::GpuContextLost {
-            device: scan.device,
-            call: "injected fault",
-            detail: "a context loss injected for tests (GpqTableOptions::inject_gpu_context_loss)".into(),
-            recovered: true,
-        });
-    }
-    Ok(())
-}
-
-/// The batch reader of `units` (row groups of `file`): the top-level fields
-/// `roots`, the rows `selection` selects of those row groups (`None`: all),
-/// and at most `limit` rows.
-pub(crate) fn reader(
-    scan: &PartitionScan,
-    file: &GpqFile,
-    roots: &[usize],
-    units: &[ScanUnit],
-    selection: Option<&RowSelection>,
-    limit: Option<usize>,
-) -> gpq::Result<gpq::DeviceBatchReader> {
-    let options = scan
-        .options
-        .read
-        .clone()
-        .with_device(scan.device)
-        .with_string_views(file.views)
-        .with_columns(roots.iter().map(|&r| ColumnSelector::Index(r)))
-        .with_row_groups(units.iter().map(|u| u.row_group));
-    let mut builder = DeviceReaderBuilder::new_with_footer(&file.path, file.footer.clone())
-        .with_options(options)
-        .with_pass_bytes(scan.options.gpu_read_bytes)
-        .with_decode_ahead(DECODE_AHEAD);
-    if let Some(selection) = selection {
-        builder = builder.with_row_selection(selection.clone());
-    }
-    if let Some(limit) = limit {
-        builder = builder.with_limit(limit);
-    }
-    builder.build()
-}
-
 /// Filters a decoded batch (of the read columns, at `positions` among the
 /// table's) on the device and copies the output columns' kept rows to the
 /// host; a batch the device cannot filter is copied whole and filtered on
@@ -449,38 +251,6 @@ fn filtered_on_device(
     }
 }
 
-/// Copies a decoded batch to the host, recording the read's metrics.
-pub(crate) fn copy_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Result<RecordBatch> {
-    record_read(scan, table.stats());
-    let m = &scan.metrics;
-    let t0 = Instant::now();
-    m.bytes_to_host.add(usize::try_from(table.host_copy_bytes()).unwrap_or(usize::MAX));
-    let (batch, pinned) = table.to_record_batch_staged()?;
-    drop(table);
-    m.copy_time.add_elapsed(t0);
-    if !pinned {
-        m.pageable_copies.add(1);
-    }
-    Ok(batch)
-}
-
-/// Records a device read's metrics (its stages' times, bytes and IO path).
-pub(crate) fn record_read(scan: &PartitionScan, stats: &gpq::ReadStats) {
-    let m = &scan.metrics;
-    m.device_reads.add(1);
-    m.plan_time.add_duration(stats.plan);
-    m.decompress_time.add_duration(stats.decompress);
-    m.decode_time.add_duration(stats.page_headers + stats.decode);
-    if let Some(io) = &stats.io {
-        m.bytes_read.add(usize::try_from(io.bytes_read).unwrap_or(usize::MAX));
-        m.io_time.add_duration(io.wall);
-        let mut seen = scan.io_paths.lock().unwrap_or_else(|p| p.into_inner());
-        if !seen.iter().any(|p| p == io.path.name()) {
-            seen.push(io.path.name().to_string());
-        }
-    }
-}
-
 /// Whether a device read that failed with `e` is answered by the CPU: the
 /// GPU context was lost, and the file is not at fault.
 fn falls_back_to_cpu(e: &Error) -> bool {
@@ -490,17 +260,6 @@ fn falls_back_to_cpu(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn unit(bytes: u64) -> ScanUnit {
-        ScanUnit {
-            file: 0,
-            row_group: 0,
-            rg_rows: 1,
-            selection: None,
-            rows: 1,
-            bytes,
-        }
-    }
 
     #[test]
     fn only_a_lost_context_falls_back() {
@@ -518,50 +277,5 @@ mod tests {
         };
         assert!(!falls_back_to_cpu(&corrupt));
         assert!(!falls_back_to_cpu(&Error::Internal("test".into())));
-    }
-
-    fn batch(rows: i32) -> RecordBatch {
-        use arrow::array::{ArrayRef, Int32Array};
-        RecordBatch::try_from_iter([("x", std::sync::Arc::new(Int32Array::from_iter_values(0..rows)) as ArrayRef)]).unwrap()
-    }
-
-    fn values(pieces: &[RecordBatch]) -> Vec<i32> {
-        use arrow::array::Int32Array;
-        pieces.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int32Array>().unwrap().values().to_vec()).collect()
-    }
-
-    #[test]
-    fn spans_read_each_row_group_once_and_cut_on_the_host() {
-        // Unit 0: all 100 rows. Unit 1: rows 10..20 and 40..50 of 60. Unit 2: rows 5..15 of 30.
-        let mut units = vec![unit(1), unit(1), unit(1)];
-        units[0].rg_rows = 100;
-        units[1].rg_rows = 60;
-        units[1].selection =
-            Some(RowSelection::from(vec![RowSelector::skip(10), RowSelector::select(10), RowSelector::skip(20), RowSelector::select(10), RowSelector::skip(10)]));
-        units[2].rg_rows = 30;
-        units[2].selection = Some(RowSelection::from(vec![RowSelector::skip(5), RowSelector::select(10), RowSelector::skip(15)]));
-        let spans = RunSpans::new(&units);
-        assert!(!spans.exact());
-        // The reader reads one span per row group: 100 + 40 (rows 10..50) + 10 (rows 5..15).
-        assert_eq!(spans.span_rows(), 150);
-        let reader: Vec<RowSelector> = spans.selection.as_ref().unwrap().iter().copied().collect();
-        let total: usize = reader.iter().filter(|s| !s.skip).map(|s| s.row_count).sum();
-        assert_eq!(total, 150);
-        // Its 150 rows, in batches that cut spans anywhere: the scan keeps 100 + 20 + 10.
-        let all = batch(150);
-        for cuts in [vec![150], vec![1, 149], vec![100, 15, 16, 19], vec![70, 70, 10]] {
-            let mut cursor = SpanCursor::new(&spans.spans);
-            let mut got = Vec::new();
-            let mut at = 0;
-            for n in cuts {
-                got.extend(cursor.keep(&all.slice(at, n)));
-                at += n;
-            }
-            let want: Vec<i32> = (0..100).chain(100..110).chain(130..150).collect();
-            assert_eq!(values(&got), want);
-        }
-        // Without selections the spans are the row groups, exact.
-        let plain = RunSpans::new(&[unit(1), unit(1)]);
-        assert!(plain.exact() && plain.selection.is_none());
     }
 }

@@ -22,10 +22,11 @@
 //! column, selective filters the statistics do not catch) and costs little
 //! where they do not: the two readers read the same bytes one read would,
 //! plus the bitmap both ways. A run is read this way only when the scan has
-//! output columns the filters do not use, and every output column is flat
-//! (the device gathers flat columns only). Where the device cannot evaluate
-//! the filters on a batch (a column decoded as another type), nothing has
-//! been sent yet: the run is read again the ordinary way.
+//! output columns the filters do not use, every output column is flat (the
+//! device gathers flat columns only), and the scan has no row limit. Where
+//! the device cannot evaluate the filters on a batch (a column decoded as
+//! another type), nothing has been sent yet: the run is read again the
+//! ordinary way.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -42,7 +43,7 @@ use gpq::Error;
 
 use crate::file::GpqFile;
 use crate::filter::ScanFilter;
-use crate::gpu::{RunSpans, SpanCursor, copy_to_host, injected_fault, reader, record_read};
+use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, record_read};
 use crate::scan::{PartitionScan, Sink, read_layout};
 use crate::units::ScanUnit;
 
@@ -58,13 +59,14 @@ pub(crate) struct LatePlan {
 
 impl LatePlan {
     /// The plan for `scan`'s filter, or `None` where late materialization
-    /// does not apply (every output column is a filter column, or some
-    /// output column is nested).
+    /// does not apply: every output column is a filter column, some output
+    /// column is nested, or the scan has a row limit (the first phase reads
+    /// a whole run before any row is sent, where one read can stop early).
     pub fn new(scan: &PartitionScan, filter: &ScanFilter) -> Option<LatePlan> {
         let filter_cols = filter.device.columns();
         let outputs = scan.columns.len();
         let (filter_outputs, rest_outputs): (Vec<usize>, Vec<usize>) = (0..outputs).partition(|j| filter_cols.contains(j));
-        if rest_outputs.is_empty() || scan.schema.fields().iter().any(|f| f.data_type().is_nested()) {
+        if rest_outputs.is_empty() || scan.limit.is_some() || scan.schema.fields().iter().any(|f| f.data_type().is_nested()) {
             return None;
         }
         Some(LatePlan { filter_cols, filter_outputs, rest_outputs })
@@ -125,6 +127,7 @@ pub(crate) fn read_late(
             Err(e) => return Err(e),
         };
         let m = &scan.metrics;
+        m.bytes_to_host.add(table.num_rows().div_ceil(8));
         m.device_filter_rows_in.add(in_ranges(&within));
         m.device_filter_rows_out.add(kept.count_set_bits());
         if keep.is_empty() {
@@ -152,7 +155,7 @@ pub(crate) fn read_late(
     }
 
     // Phase 2: the other output columns, of each span only its survivors' rows.
-    let second = SecondPhase::new(units, spans, &mask);
+    let second = SecondPhase::new(units, spans, &mask, min_cut_bytes(scan));
     scan.metrics.late_rows_skipped.add(spans.span_rows() - second.rows);
     if second.rows == 0 {
         progress.consumed = spans.span_rows();
@@ -194,8 +197,9 @@ fn in_ranges(ranges: &[Range<usize>]) -> usize {
     ranges.iter().map(Range::len).sum()
 }
 
-/// The second phase's read: of each unit's span, the rows from its first
-/// survivor to its last.
+/// The second phase's read: of each unit, a window of its row group's rows
+/// holding every survivor of its span: from the first survivor to the last,
+/// the whole row group, or nothing.
 struct SecondPhase {
     /// For the reader, over the units' row groups.
     selection: RowSelection,
@@ -203,13 +207,28 @@ struct SecondPhase {
     mask: BooleanBuffer,
     /// Rows read.
     rows: usize,
-    /// Per part read: its first row among the rows read, its first row among
-    /// the span rows, and its length.
-    parts: Vec<(usize, usize, usize)>,
+    /// Per window read: its first row among the rows read, its rows in its
+    /// row group, and its unit's span (first row in the row group, length,
+    /// first row among the span rows).
+    parts: Vec<Window>,
+}
+
+/// One unit's window of the second phase.
+struct Window {
+    read_first: usize,
+    rows: std::ops::Range<usize>,
+    span_start: usize,
+    span_len: usize,
+    span_base: usize,
 }
 
 impl SecondPhase {
-    fn new(units: &[ScanUnit], spans: &RunSpans, mask: &BooleanBuffer) -> SecondPhase {
+    /// The windows of `units` for the survivors in `mask` (over the run's
+    /// span rows). As for the spans ([`RunSpans::new`]), a row group is cut
+    /// to its survivors, or left out for having none, only where that saves
+    /// at least `min_cut_bytes` of its compressed bytes: a cut ends a run of
+    /// consecutive rows, and so a pass.
+    fn new(units: &[ScanUnit], spans: &RunSpans, mask: &BooleanBuffer, min_cut_bytes: u64) -> SecondPhase {
         let mut selectors = Vec::with_capacity(units.len() * 3);
         let mut parts = Vec::new();
         let mut kept = BooleanBufferBuilder::new(0);
@@ -217,14 +236,24 @@ impl SecondPhase {
         for (u, (len, start)) in units.iter().zip(spans.spans.iter().map(|(len, _)| *len).zip(spans.starts.iter().copied())) {
             let span = mask.slice(base, len);
             let mut survivors = span.set_indices();
-            match survivors.next() {
+            let survivors = survivors.next().map(|a| (a, survivors.last().unwrap_or(a) + 1));
+            let cut = |kept_rows: usize| u128::from(u.bytes) * ((u.rg_rows - kept_rows) as u128) / (u.rg_rows.max(1) as u128) >= u128::from(min_cut_bytes);
+            let window = match survivors {
+                None if cut(0) => None,
+                Some((a, b)) if cut(b - a) => Some(start + a..start + b),
+                _ => Some(0..u.rg_rows),
+            };
+            match window {
                 None => selectors.push(RowSelector::skip(u.rg_rows)),
-                Some(a) => {
-                    let b = survivors.last().unwrap_or(a) + 1;
-                    selectors.extend([RowSelector::skip(start + a), RowSelector::select(b - a), RowSelector::skip(u.rg_rows - start - b)]);
-                    kept.append_buffer(&span.slice(a, b - a));
-                    parts.push((rows, base + a, b - a));
-                    rows += b - a;
+                Some(w) => {
+                    selectors.extend([RowSelector::skip(w.start), RowSelector::select(w.len()), RowSelector::skip(u.rg_rows - w.end)]);
+                    // The window's bits: the span's where they overlap, unset elsewhere.
+                    let (lo, hi) = (w.start.clamp(start, start + len), w.end.clamp(start, start + len));
+                    kept.append_n(lo - w.start, false);
+                    kept.append_buffer(&span.slice(lo - start, hi - lo));
+                    kept.append_n(w.end - hi, false);
+                    parts.push(Window { read_first: rows, rows: w.clone(), span_start: start, span_len: len, span_base: base });
+                    rows += w.len();
                 }
             }
             base += len;
@@ -235,11 +264,11 @@ impl SecondPhase {
     /// The span position of the end of the second phase's first `read`
     /// rows: every span row before it has had its kept rows sent.
     fn span_position(&self, read: usize) -> usize {
-        let Some(i) = self.parts.iter().rposition(|&(first, _, _)| first < read) else {
+        let Some(w) = self.parts.iter().rev().find(|w| w.read_first < read) else {
             return 0;
         };
-        let (first, span_first, len) = self.parts[i];
-        span_first + (read - first).min(len)
+        let row = w.rows.start + (read - w.read_first).min(w.rows.len());
+        w.span_base + row.saturating_sub(w.span_start).min(w.span_len)
     }
 }
 
@@ -318,11 +347,11 @@ mod tests {
             unit(80, Some(RowSelection::from(vec![RowSelector::skip(20), RowSelector::select(40), RowSelector::skip(20)]))),
             unit(50, None),
         ];
-        let spans = RunSpans::new(&units);
+        let spans = RunSpans::new(&units, 0);
         assert_eq!(spans.span_rows(), 190);
         // Survivors: span rows 10, 30, 99 (unit 0), 105 and 110 (unit 1: rows 25 and 30 of its row group).
         let mask: BooleanBuffer = (0..190).map(|i| [10, 30, 99, 105, 110].contains(&i)).collect();
-        let second = SecondPhase::new(&units, &spans, &mask);
+        let second = SecondPhase::new(&units, &spans, &mask, 0);
         assert_eq!(second.rows, 90 + 6);
         let selectors: Vec<RowSelector> = second.selection.iter().copied().filter(|s| s.row_count > 0).collect();
         assert_eq!(
@@ -343,5 +372,19 @@ mod tests {
         assert_eq!(second.span_position(90), 100);
         assert_eq!(second.span_position(93), 108);
         assert_eq!(second.span_position(96), 111);
+
+        // Where cutting saves fewer bytes than the threshold, whole row
+        // groups are read (one run): unit 0 and 1 whole, unit 2 too.
+        let whole = SecondPhase::new(&units, &spans, &mask, 2);
+        assert_eq!(whole.rows, 230);
+        assert_eq!(whole.selection.iter().filter(|s| s.skip && s.row_count > 0).count(), 0);
+        let kept: Vec<usize> = whole.mask.set_indices().collect();
+        // Unit 1's span starts at its row 20: survivors 105 and 110 are its rows 25 and 30.
+        assert_eq!(kept, vec![10, 30, 99, 125, 130]);
+        assert_eq!(whole.span_position(100), 100);
+        assert_eq!(whole.span_position(110), 100);
+        assert_eq!(whole.span_position(126), 106);
+        assert_eq!(whole.span_position(170), 140);
+        assert_eq!(whole.span_position(230), 190);
     }
 }

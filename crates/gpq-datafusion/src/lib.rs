@@ -74,13 +74,16 @@
 //! scan applies itself, and how), `pruning` (statistics and
 //! page-index pruning), `units` (what to read, partitions), `stats` (planner
 //! statistics), `scan` (what a partition's decoders share: the work, the
-//! sink, the `Decoder` interface), `cpu` and `gpu` (the two decoders; the
-//! GPU one falls back to the CPU one), `stream` (running a partition),
-//! `exec` (the plan node), `table` (the provider).
+//! sink, the `Decoder` interface), `cpu` (the arrow-rs decoder),
+//! `device_run` (a run of row groups on the device: spans, reader, host
+//! copy), `late` (late materialization), `gpu` (the device decoder, which
+//! falls back to the CPU one), `stream` (running a partition), `exec` (the
+//! plan node), `table` (the provider).
 
 #![warn(missing_docs)]
 
 mod cpu;
+mod device_run;
 mod exec;
 mod file;
 mod filter;

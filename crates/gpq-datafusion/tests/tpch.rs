@@ -469,7 +469,9 @@ async fn gpu_backend_tpch(emulated: bool) {
     assert!(scan.uses_gpu(), "{}", scan.backend());
     let reads = metric(&scans[0], "device_reads");
     let scanned: usize = scan.partition_row_groups().iter().map(Vec::len).sum();
-    assert!(reads > 0 && reads <= scanned, "{reads} device reads for {scanned} row groups");
+    // At most one read per row group, and per phase of late materialization
+    // (the filter's column, then the others).
+    assert!(reads > 0 && reads <= 2 * scanned, "{reads} device reads for {scanned} row groups");
     assert!(metric(&scans[0], "bytes_read") > 0);
     assert_eq!(metric(&scans[0], "gpu_fallback_row_groups"), 0);
 
@@ -483,15 +485,19 @@ async fn gpu_backend_tpch(emulated: bool) {
         }
     }
 
-    // Pages the index prunes are neither read nor decoded: the same scan
-    // without the page index reads more bytes for the same answer.
+    // Pages the index prunes are neither read nor decoded where that saves
+    // half a pass of bytes (passes of 4 KiB here, so any page counts): the
+    // same scan without the page index reads more bytes for the same answer.
     let q = "select count(*), sum(l_quantity), max(l_comment) from lineitem where l_orderkey < 3000";
-    let (batches, scans) = run_with_scans(&ours, q).await;
+    let small_passes = gpu.clone().with_gpu_read_bytes(4 << 10);
+    let indexed = context(2);
+    queries::register_tables(&indexed, &dir, &TableSource::Gpq(small_passes.clone())).await.unwrap();
+    let (batches, scans) = run_with_scans(&indexed, q).await;
     let expected = sql(&builtin, q).await;
     assert_same_rows(q, &expected, &batches);
     let (pruned, with_index) = (metric(&scans[0], "page_index_rows_pruned"), metric(&scans[0], "bytes_read"));
     let plain = context(2);
-    queries::register_tables(&plain, &dir, &TableSource::Gpq(gpu.clone().with_page_index(false))).await.unwrap();
+    queries::register_tables(&plain, &dir, &TableSource::Gpq(small_passes.with_page_index(false))).await.unwrap();
     let (batches, scans) = run_with_scans(&plain, q).await;
     assert_same_rows(q, &expected, &batches);
     let without = metric(&scans[0], "bytes_read");
