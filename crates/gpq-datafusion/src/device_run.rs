@@ -270,14 +270,7 @@ mod tests {
     use super::*;
 
     fn unit(bytes: u64) -> ScanUnit {
-        ScanUnit {
-            file: 0,
-            row_group: 0,
-            rg_rows: 1,
-            selection: None,
-            rows: 1,
-            bytes,
-        }
+        ScanUnit::whole(1, bytes)
     }
 
     fn batch(rows: i32) -> RecordBatch {

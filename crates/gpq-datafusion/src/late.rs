@@ -336,7 +336,7 @@ mod tests {
     use super::*;
 
     fn unit(rg_rows: usize, selection: Option<RowSelection>) -> ScanUnit {
-        ScanUnit { file: 0, row_group: 0, rg_rows, selection, rows: rg_rows, bytes: 1 }
+        ScanUnit { selection, ..ScanUnit::whole(rg_rows, 1) }
     }
 
     #[test]

@@ -173,18 +173,20 @@ pub(crate) fn split_partitions(
 }
 
 #[cfg(test)]
+impl ScanUnit {
+    /// For tests: all `rg_rows` rows of row group 0 of file 0, with `bytes`
+    /// projected compressed bytes.
+    pub fn whole(rg_rows: usize, bytes: u64) -> ScanUnit {
+        ScanUnit { file: 0, row_group: 0, rg_rows, selection: None, rows: rg_rows, bytes }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     fn unit(bytes: u64) -> ScanUnit {
-        ScanUnit {
-            file: 0,
-            row_group: 0,
-            rg_rows: 10,
-            selection: None,
-            rows: 10,
-            bytes,
-        }
+        ScanUnit::whole(10, bytes)
     }
 
     #[test]
