@@ -46,7 +46,7 @@ use gpq::{DeviceTable, Error};
 use crate::cpu::read_run;
 use crate::filter::ScanFilter;
 use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader};
-use crate::late::{LatePlan, LateProgress, read_late};
+use crate::late::LatePlan;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
 use crate::units::ScanUnit;
@@ -103,14 +103,13 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     // Late materialization, where it applies (see the `late` module); its
     // progress is where a CPU read takes over if it fails.
     let late = match &scan.filter {
-        Some(filter) if scan.options.late_materialization => LatePlan::new(scan, filter).map(|plan| (filter, plan)),
+        Some(filter) if scan.options.late_materialization => LatePlan::new(scan, filter),
         _ => None,
     };
-    let mut late_progress = LateProgress::default();
     let mut late_active = late.is_some();
     let result = (|| -> gpq::Result<()> {
-        if let Some((filter, plan)) = &late {
-            if read_late(scan, file, units, &spans, filter, plan, sink, &mut late_progress)? {
+        if let Some(plan) = &late {
+            if plan.read(scan, file, units, &spans, sink)? {
                 return Ok(());
             }
             late_active = false;
@@ -174,7 +173,7 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     // Where a CPU read takes over: the selected rows the sink has (with the
     // scan's filters, those of the reader rows consumed, however many passed).
     let resume = if late_active {
-        spans.selected_before(late_progress.consumed)
+        spans.selected_before(late.as_ref().map_or(0, LatePlan::consumed))
     } else if scan.filter.is_some() {
         spans.selected_before(consumed)
     } else {

@@ -28,6 +28,7 @@
 //! another type), nothing has been sent yet: the run is read again the
 //! ordinary way.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
@@ -47,14 +48,19 @@ use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_
 use crate::scan::{PartitionScan, Sink, read_layout};
 use crate::units::ScanUnit;
 
-/// Which read columns each phase reads, and where they go in the output.
+/// Which read columns each phase reads, where they go in the output, and
+/// how far a read got.
 pub(crate) struct LatePlan {
+    filter: Arc<ScanFilter>,
     /// Read-column positions the filters use, sorted.
     filter_cols: Vec<usize>,
     /// Output positions (ascending) of the output columns among `filter_cols`.
     filter_outputs: Vec<usize>,
     /// Output positions (ascending) of the other output columns.
     rest_outputs: Vec<usize>,
+    /// The span rows (of the run's spans, in order) whose kept rows the
+    /// sink has, for a CPU read to take over from after a failure.
+    consumed: Cell<usize>,
 }
 
 impl LatePlan {
@@ -62,14 +68,14 @@ impl LatePlan {
     /// does not apply: every output column is a filter column, some output
     /// column is nested, or the scan has a row limit (the first phase reads
     /// a whole run before any row is sent, where one read can stop early).
-    pub fn new(scan: &PartitionScan, filter: &ScanFilter) -> Option<LatePlan> {
+    pub fn new(scan: &PartitionScan, filter: &Arc<ScanFilter>) -> Option<LatePlan> {
         let filter_cols = filter.device.columns();
         let outputs = scan.columns.len();
         let (filter_outputs, rest_outputs): (Vec<usize>, Vec<usize>) = (0..outputs).partition(|j| filter_cols.contains(j));
         if rest_outputs.is_empty() || scan.limit.is_some() || scan.schema.fields().iter().any(|f| f.data_type().is_nested()) {
             return None;
         }
-        Some(LatePlan { filter_cols, filter_outputs, rest_outputs })
+        Some(LatePlan { filter: Arc::clone(filter), filter_cols, filter_outputs, rest_outputs, consumed: Cell::new(0) })
     }
 
     fn table_columns(&self, scan: &PartitionScan, positions: &[usize]) -> Vec<usize> {
@@ -77,26 +83,23 @@ impl LatePlan {
     }
 }
 
-/// How far a late read got: the span rows (of the run's spans, in order)
-/// whose kept rows the sink has, for a CPU read to take over from.
-#[derive(Default)]
-pub(crate) struct LateProgress {
-    pub consumed: usize,
+impl LatePlan {
+    /// The span rows whose kept rows the sink has (see [`LatePlan::read`]).
+    pub fn consumed(&self) -> usize {
+        self.consumed.get()
+    }
+
+    /// Reads `units` in two phases (see the module doc). `Ok(false)`: the
+    /// device could not evaluate the filters; nothing was sent, and the run
+    /// is to be read the ordinary way.
+    pub fn read(&self, scan: &PartitionScan, file: &GpqFile, units: &[ScanUnit], spans: &RunSpans, sink: &mut Sink) -> gpq::Result<bool> {
+        self.consumed.set(0);
+        read_late(scan, file, units, spans, self, sink)
+    }
 }
 
-/// Reads `units` in two phases (see the module doc). `Ok(false)`: the
-/// device could not evaluate the filters; nothing was sent, and the run is
-/// to be read the ordinary way.
-pub(crate) fn read_late(
-    scan: &PartitionScan,
-    file: &GpqFile,
-    units: &[ScanUnit],
-    spans: &RunSpans,
-    filter: &ScanFilter,
-    plan: &LatePlan,
-    sink: &mut Sink,
-    progress: &mut LateProgress,
-) -> gpq::Result<bool> {
+fn read_late(scan: &PartitionScan, file: &GpqFile, units: &[ScanUnit], spans: &RunSpans, plan: &LatePlan, sink: &mut Sink) -> gpq::Result<bool> {
+    let filter = &plan.filter;
     // Phase 1: the filter columns, every span row.
     let filter_table_cols = plan.table_columns(scan, &plan.filter_cols);
     let (roots, positions) = read_layout(file, &filter_table_cols);
@@ -158,7 +161,7 @@ pub(crate) fn read_late(
     let second = SecondPhase::new(units, spans, &mask, min_cut_bytes(scan));
     scan.metrics.late_rows_skipped.add(spans.span_rows() - second.rows);
     if second.rows == 0 {
-        progress.consumed = spans.span_rows();
+        plan.consumed.set(spans.span_rows());
         return Ok(true);
     }
     let rest_table_cols = plan.table_columns(scan, &plan.rest_outputs);
@@ -180,7 +183,7 @@ pub(crate) fn read_late(
         let pieces = joiner.join(scan, rest)?;
         at += n;
         let more = sink.send(pieces);
-        progress.consumed = second.span_position(at);
+        plan.consumed.set(second.span_position(at));
         if !more {
             return Ok(true);
         }
@@ -188,7 +191,7 @@ pub(crate) fn read_late(
     if at != second.rows {
         return Err(Error::Internal(format!("device read of {} returned {at} of the {} rows asked for", file.path.display(), second.rows)));
     }
-    progress.consumed = spans.span_rows();
+    plan.consumed.set(spans.span_rows());
     Ok(true)
 }
 
