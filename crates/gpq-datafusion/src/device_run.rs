@@ -135,6 +135,12 @@ pub(crate) fn min_cut_bytes(scan: &PartitionScan) -> u64 {
     scan.options.gpu_read_bytes / 2
 }
 
+/// `within` (the kept rows of a batch of `n`, from [`SpanCursor::keep_ranges`])
+/// as a device filter's restriction: `None` when it is every row.
+pub(crate) fn restriction(within: &[std::ops::Range<usize>], n: usize) -> Option<&[std::ops::Range<usize>]> {
+    (!(within.len() == 1 && within[0] == (0..n))).then_some(within)
+}
+
 /// Walks a run's batches through its spans: which rows of each batch the
 /// scan keeps.
 pub(crate) struct SpanCursor<'a> {

@@ -45,7 +45,7 @@ use gpq::{DeviceTable, Error};
 
 use crate::cpu::read_run;
 use crate::filter::ScanFilter;
-use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader};
+use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, restriction};
 use crate::late::LatePlan;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
@@ -133,8 +133,8 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
             let pieces = match &scan.filter {
                 Some(filter) => {
                     let within = cursor.keep_ranges(table.num_rows());
-                    let whole = within.len() == 1 && within[0] == (0..table.num_rows());
-                    vec![filtered_on_device(scan, filter, table, &positions, (!whole).then_some(&within[..]))?]
+                    let within = restriction(&within, table.num_rows());
+                    vec![filtered_on_device(scan, filter, table, &positions, within)?]
                 }
                 None => {
                     let batch = copy_to_host(scan, table)?;

@@ -44,7 +44,7 @@ use gpq::Error;
 
 use crate::file::GpqFile;
 use crate::filter::ScanFilter;
-use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, record_read};
+use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, record_read, restriction};
 use crate::scan::{PartitionScan, Sink, read_layout};
 use crate::units::ScanUnit;
 
@@ -119,9 +119,8 @@ fn read_late(scan: &PartitionScan, file: &GpqFile, units: &[ScanUnit], spans: &R
         injected_fault(scan)?;
         let table = table?;
         let within = cursor.keep_ranges(table.num_rows());
-        let whole = within.len() == 1 && within[0] == (0..table.num_rows());
         let t0 = Instant::now();
-        let kept = match table.filter_mask(&predicate, (!whole).then_some(&within[..])) {
+        let kept = match table.filter_mask(&predicate, restriction(&within, table.num_rows())) {
             Ok(kept) => kept,
             Err(Error::Filter(why)) => {
                 debug!(%why, "gpq scan: the device cannot filter this run's batches; read without late materialization");
