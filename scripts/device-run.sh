@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench tpch-gpus context-loss page-checks regressions sanitizer-core
+#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
@@ -279,6 +279,43 @@ stage_tpch_bench() {
   compare=(--compare-device-filters); [ "${TPCH_FILTERS:-1}" = 0 ] && compare=()
   gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu "${compare[@]}" 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
   note "tpch-bench: rc=${PIPESTATUS[0]}"
+}
+
+stage_tpch_profile() {
+  # Where the provider's time goes (issue 15's SF10 regression): q1 and q6 over SF10 lineitem
+  # with `gpq sql` (each query twice in one process, the second one warm; the scan's metrics
+  # print after it), in configurations that isolate one cause each: late materialization,
+  # device filters, page index, decompressor, partitions, pinned copies; and the core reader
+  # alone on the same columns.
+  d=$data/profile
+  mkdir -p "$d"
+  [ -e "$d/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$d" > /dev/null 2>&1
+  cat "$d/lineitem.parquet" > /dev/null
+  q1="select l_returnflag, l_linestatus, sum(l_quantity) as sum_qty, sum(l_extendedprice) as sum_base_price, sum(l_extendedprice * (1 - l_discount)) as sum_disc_price, sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) as sum_charge, avg(l_quantity) as avg_qty, avg(l_extendedprice) as avg_price, avg(l_discount) as avg_disc, count(*) as count_order from lineitem where l_shipdate <= date '1998-12-01' - interval '90' day group by l_returnflag, l_linestatus order by l_returnflag, l_linestatus"
+  q6="select sum(l_extendedprice * l_discount) as revenue from lineitem where l_shipdate >= date '1994-01-01' and l_shipdate < date '1995-01-01' and l_discount between 0.05 and 0.07 and l_quantity < 24"
+  run() {  # NAME ENV... -- ARGS...
+    local name=$1; shift
+    local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+    for q in q1 q6; do
+      env "${envs[@]}" RUST_LOG=${PROFILE_LOG:-gpq=info} timeout 120 gpq sql --data "$d" --backend "${PROFILE_BACKEND:-gpu}" "$@" "${!q}; ${!q}" > "$OUT/profile-$name-$q.log" 2>&1
+      note "profile $name $q: rc=$? $(grep -E ' rows in ' "$OUT/profile-$name-$q.log" | tr '\n' ' ')"
+      grep -E '^ +metrics:' "$OUT/profile-$name-$q.log" | tail -1 | tr ',' '\n' | grep -E 'device_reads|bytes_read|bytes_to_host|pageable|_time|fallback|late_rows|output_batches' | tr '\n' ' ' | tee -a "$summary"; echo | tee -a "$summary"
+      note "  log: $(grep -c 'on the CPU' "$OUT/profile-$name-$q.log") lines 'on the CPU', $(grep -c 'pageable memory' "$OUT/profile-$name-$q.log") 'pageable memory'"
+    done
+  }
+  run default GPQ_X=1 --
+  run late GPQ_X=1 -- --late-materialization
+  run no-filters GPQ_X=1 -- --no-device-filters
+  run no-filters-no-index GPQ_X=1 -- --no-device-filters --no-page-index
+  run no-filters-nvcomp GPQ_X=1 -- --no-device-filters --decompress nvcomp
+  run no-filters-cpu-decompress GPQ_X=1 -- --no-device-filters --decompress cpu
+  run no-filters-4-partitions GPQ_X=1 -- --no-device-filters --partitions 4
+  run no-filters-pageable GPQ_PINNED_HOST_BYTES=0 -- --no-device-filters
+  PROFILE_BACKEND=cpu run cpu-backend GPQ_X=1 --
+  for cols in l_quantity,l_extendedprice,l_discount,l_shipdate l_returnflag,l_linestatus,l_quantity,l_extendedprice,l_discount,l_tax,l_shipdate; do
+    gpq read "$d/lineitem.parquet" --columns "$cols" --repeat 5 > "$OUT/profile-read-$cols.log" 2>&1
+    note "profile core read $cols: rc=$? $(grep -iE 'median|total' "$OUT/profile-read-$cols.log" | head -3 | tr '\n' ' ')"
+  done
 }
 
 stage_tpch_gpus() {

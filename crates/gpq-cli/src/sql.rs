@@ -46,10 +46,10 @@ pub struct EngineArgs {
     /// Leave every filter to DataFusion (no filtering on the device).
     #[arg(long)]
     pub no_device_filters: bool,
-    /// With device filters, decode every read column at once instead of the
-    /// other columns only where rows survive the filters.
+    /// With device filters, decode the filters' columns first and the other
+    /// columns only where rows survive them (pays where survivors cluster).
     #[arg(long)]
-    pub no_late_materialization: bool,
+    pub late_materialization: bool,
     /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
     /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
     #[arg(long)]
@@ -117,7 +117,7 @@ impl EngineArgs {
             .with_read_options(read)
             .with_page_index(!self.no_page_index)
             .with_device_filters(!self.no_device_filters)
-            .with_late_materialization(!self.no_late_materialization)
+            .with_late_materialization(self.late_materialization)
             .with_devices(parse_devices(self.devices.as_deref())?))
     }
 

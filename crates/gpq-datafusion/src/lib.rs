@@ -26,11 +26,11 @@
 //! (`scan_filters[device]`), and the metrics count the rows before and after
 //! them and the bytes copied to the host.
 //!
-//! With [`GpqTableOptions::late_materialization`] (on by default) a scan
-//! with device filters decodes the filters' columns first, and the other
-//! output columns only from each row group's first surviving row to its
-//! last, skipping row groups without survivors
-//! (`late_rows_skipped` counts the rows not decoded).
+//! With [`GpqTableOptions::late_materialization`] (off by default: it pays
+//! only where the survivors cluster) a scan with device filters decodes the
+//! filters' columns first, and the other output columns only from each row
+//! group's first surviving row to its last, skipping row groups without
+//! survivors (`late_rows_skipped` counts the rows not decoded).
 //!
 //! # Backends
 //!

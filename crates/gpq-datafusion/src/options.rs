@@ -89,8 +89,12 @@ pub struct GpqTableOptions {
     /// GPU backend, with device filters: decode the filters' columns first
     /// and the other output columns only from each row group's first
     /// surviving row to its last (row groups without survivors not at
-    /// all), copying only the kept rows. On by default; off, every read
-    /// column is decoded in one read and filtered there.
+    /// all), copying only the kept rows. Off by default: every read column
+    /// is then decoded in one read and filtered there. It pays where the
+    /// survivors cluster (data sorted or grouped by a filter column); where
+    /// they are spread over every row group, as in TPC-H, it decodes the
+    /// same pages in two reads instead of one, and measured slower on
+    /// every lineitem query at SF10 (BENCHMARKS.md section 12).
     pub late_materialization: bool,
     /// GPU backend: the devices a scan's partitions are spread over, round
     /// robin (partition `i` decodes on `devices[i % devices.len()]`); empty
@@ -125,7 +129,7 @@ impl Default for GpqTableOptions {
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_fallback: true,
             device_filters: true,
-            late_materialization: true,
+            late_materialization: false,
             devices: Vec::new(),
             string_views: None,
             inject_gpu_context_loss: 0,

@@ -547,7 +547,9 @@ async fn device_filters_match_builtin(emulated: bool) {
     let dir = tpch_dir(0.01);
     let builtin = context(2);
     queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
-    let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false);
+    // Late materialization on (it is off by default; gpu_backend_tpch covers
+    // device filters without it).
+    let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false).with_late_materialization(true);
     let ours = context(2);
     queries::register_tables(&ours, &dir, &TableSource::Gpq(gpu.clone())).await.unwrap();
     // All 22: filters on dates, decimals, IN lists, LIKE, NOT LIKE, NOT IN, ORs of ANDs.
