@@ -17,6 +17,7 @@
 //! `page_index_rows_pruned`) and the baseline output counters.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +26,7 @@ use datafusion::common::Statistics;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
@@ -54,9 +56,14 @@ pub(crate) enum ScanBackend {
     Gpu,
 }
 
-/// What a [`GpqScanExec`] is built from (assembled by the table provider).
+/// What a [`GpqScanExec`] is built from (assembled by the table provider,
+/// or decoded by the `remote` module).
 pub(crate) struct ScanParts {
+    /// The files the partitions' units index: every file of the table when
+    /// planned, only those the partitions read when decoded.
     pub files: Arc<Vec<GpqFile>>,
+    /// Every file of the table, as registered.
+    pub table_paths: Vec<PathBuf>,
     pub table_schema: SchemaRef,
     pub columns: Vec<usize>,
     pub schema: SchemaRef,
@@ -65,6 +72,10 @@ pub(crate) struct ScanParts {
     pub read_schema: SchemaRef,
     /// The filters the scan applies itself (reported `Exact` to DataFusion).
     pub filter: Option<Arc<ScanFilter>>,
+    /// Every filter DataFusion pushed down (`predicate` is made of them).
+    pub pushed_filters: Vec<Expr>,
+    /// The pushed-down filters the scan applies itself (`filter` is made of them).
+    pub own_filters: Vec<Expr>,
     pub partitions: Vec<Vec<ScanUnit>>,
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
     pub fetch: Option<usize>,
@@ -91,7 +102,7 @@ impl fmt::Debug for GpqScanExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GpqScanExec")
             .field("backend", &self.parts.backend)
-            .field("files", &self.parts.files.len())
+            .field("files", &self.parts.table_paths.len())
             .field("partitions", &self.parts.partitions.len())
             .field("columns", &self.parts.columns)
             .field("fetch", &self.fetch)
@@ -139,6 +150,11 @@ impl GpqScanExec {
         }
     }
 
+    /// What the scan is made of (for the `remote` module).
+    pub(crate) fn parts(&self) -> &ScanParts {
+        &self.parts
+    }
+
     /// The backend in use: `cpu` or `gpu`, with details (IO path, fallback reason).
     pub fn backend(&self) -> &str {
         &self.parts.backend_note
@@ -182,7 +198,7 @@ impl GpqScanExec {
         write!(
             f,
             ", files={}, partitions={}",
-            p.files.len(),
+            p.table_paths.len(),
             p.partitions.len()
         )?;
         let names: Vec<&str> = self
@@ -214,9 +230,9 @@ impl GpqScanExec {
         }
         if verbose {
             let files: Vec<String> = p
-                .files
+                .table_paths
                 .iter()
-                .map(|f| f.path.display().to_string())
+                .map(|path| path.display().to_string())
                 .collect();
             write!(f, ", file_paths=[{}]", files.join(", "))?;
         }
@@ -238,7 +254,7 @@ impl DisplayAs for GpqScanExec {
             DisplayFormatType::TreeRender => {
                 let s = &self.parts.pruning;
                 writeln!(f, "backend={}", self.parts.backend_note)?;
-                writeln!(f, "files={}", self.parts.files.len())?;
+                writeln!(f, "files={}", self.parts.table_paths.len())?;
                 write!(f, "row_groups={}/{}", s.scanned, s.row_groups)
             }
         }

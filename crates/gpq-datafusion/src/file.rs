@@ -307,28 +307,33 @@ pub(crate) fn refresh(
         return Ok(None);
     }
     let mut fresh = GpqFile::open(&file.path, file.views).map_err(to_df_error)?;
-    let changed = |what: String| {
+    fit_to_table(&mut fresh, table_schema).map_err(|what| {
         DataFusionError::Execution(format!(
             "gpq table: {} changed since the table was registered and no longer has the table's schema: {what}",
             file.path.display()
         ))
-    };
+    })?;
+    Ok(Some(fresh))
+}
+
+/// Sets the `roots` of `file`, opened on its own, as a file of a table
+/// with `table_schema`; or says why it does not fit: a different set of
+/// columns or types, or a column nullable that the table declares
+/// non-nullable.
+pub(crate) fn fit_to_table(file: &mut GpqFile, table_schema: &Schema) -> std::result::Result<(), String> {
     let fields: Vec<Field> = table_schema
         .fields()
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
-    let roots = match_columns(fresh.schema(), &fields).map_err(changed)?;
+    let roots = match_columns(file.schema(), &fields)?;
     for (field, &r) in fields.iter().zip(&roots) {
-        if fresh.schema().field(r).is_nullable() && !field.is_nullable() {
-            return Err(changed(format!(
-                "column {:?} is nullable, the table's is not",
-                field.name()
-            )));
+        if file.schema().field(r).is_nullable() && !field.is_nullable() {
+            return Err(format!("column {:?} is nullable, the table's is not", field.name()));
         }
     }
-    fresh.roots = roots;
-    Ok(Some(fresh))
+    file.roots = roots;
+    Ok(())
 }
 
 /// Footers made up in memory, for tests of what hostile footers do.

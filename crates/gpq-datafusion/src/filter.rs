@@ -400,13 +400,13 @@ mod tests {
         let s = schema();
         // d (scale 2) cast to scale 4, compared with 1.2345: between 1.23 and 1.24.
         let cast_d = || cast(col("d"), DataType::Decimal128(20, 4));
-        let lit45 = || lit(ScalarValue::Decimal128(Some(1_234_5), 20, 4));
+        let lit45 = || lit(ScalarValue::Decimal128(Some(12_345), 20, 4));
         let p = device_predicate(&cast_d().lt(lit45()), &s).unwrap();
         assert_eq!(p, Predicate::Compare { column: 1, op: CmpOp::LtEq, value: Literal::Int(123) });
         let p = device_predicate(&cast_d().gt_eq(lit45()), &s).unwrap();
         assert_eq!(p, Predicate::Compare { column: 1, op: CmpOp::Gt, value: Literal::Int(123) });
         // Negative: -1.2345 lies between -1.24 and -1.23.
-        let neg = lit(ScalarValue::Decimal128(Some(-1_234_5), 20, 4));
+        let neg = lit(ScalarValue::Decimal128(Some(-12_345), 20, 4));
         let p = device_predicate(&cast_d().gt(neg), &s).unwrap();
         assert_eq!(p, Predicate::Compare { column: 1, op: CmpOp::Gt, value: Literal::Int(-124) });
         // An exact one keeps its comparison.

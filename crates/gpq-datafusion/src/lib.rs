@@ -78,7 +78,18 @@
 //! `device_run` (a run of row groups on the device: spans, reader, host
 //! copy), `late` (late materialization), `gpu` (the device decoder, which
 //! falls back to the CPU one), `stream` (running a partition), `exec` (the
-//! plan node), `table` (the provider).
+//! plan node), `table` (the provider), `remote` (tables and
+//! scans as bytes).
+//!
+//! # Across processes
+//!
+//! [`GpqTable::to_bytes`] and [`GpqScanExec::to_bytes`] describe a table
+//! and a planned scan without live handles (files, schema, options; the
+//! scan's partitions, columns, filters and limit), for a distributed
+//! engine to ship from a scheduler to executors;
+//! [`GpqTable::from_bytes`] and [`GpqScanExec::from_bytes`] read the
+//! footers again and rebuild them. A decoded scan reads exactly the row
+//! groups its partitions list, on the backend chosen when it was planned.
 
 #![warn(missing_docs)]
 
@@ -91,6 +102,7 @@ mod gpu;
 mod late;
 mod options;
 mod pruning;
+mod remote;
 mod scan;
 mod stats;
 mod stream;

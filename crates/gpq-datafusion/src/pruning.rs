@@ -16,8 +16,11 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, UInt64Array};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::pruning::PruningStatistics;
-use datafusion::common::{Column, ScalarValue};
-use datafusion::physical_expr::{PhysicalExpr, split_conjunction};
+use datafusion::catalog::Session;
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::error::Result;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::{PhysicalExpr, conjunction_opt, split_conjunction};
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
@@ -25,6 +28,27 @@ use parquet::file::metadata::RowGroupMetaData;
 use tracing::debug;
 
 use crate::file::GpqFile;
+
+/// One physical predicate over `schema` from the filters DataFusion pushed
+/// down (volatile ones and those that cannot be planned left out): what
+/// pruning evaluates, and what `EXPLAIN` shows as the scan's `predicate`.
+pub(crate) fn pushed_predicate(
+    state: &dyn Session,
+    schema: &SchemaRef,
+    filters: &[Expr],
+) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    if filters.is_empty() {
+        return Ok(None);
+    }
+    let df_schema = DFSchema::try_from(Arc::clone(schema))?;
+    let exprs = filters.iter().filter(|e| !e.is_volatile()).filter_map(|e| {
+        state
+            .create_physical_expr(e.clone(), &df_schema)
+            .inspect_err(|err| debug!("filter {e} not used for pruning: {err}"))
+            .ok()
+    });
+    Ok(conjunction_opt(exprs))
+}
 
 /// Statistics of some row groups of one file, one container per row group.
 pub(crate) struct RowGroupStatistics<'a> {

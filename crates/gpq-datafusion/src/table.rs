@@ -24,10 +24,9 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::catalog::TableProvider;
-use datafusion::common::{DFSchema, Statistics};
+use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_expr::{PhysicalExpr, conjunction_opt};
 use datafusion::physical_plan::ExecutionPlan;
 use tracing::{debug, info};
 
@@ -35,6 +34,7 @@ use crate::exec::{GpqScanExec, ScanBackend, ScanParts};
 use crate::file::{GpqFile, discover, open_files, refresh};
 use crate::filter::{ScanFilter, device_predicate, filter_columns};
 use crate::options::{Backend, GpqTableOptions};
+use crate::pruning::pushed_predicate;
 use crate::stats::statistics;
 use crate::to_df_error;
 use crate::units::{ScanUnit, plan_units, split_partitions};
@@ -253,25 +253,6 @@ impl GpqTable {
     fn applies_itself(&self, filter: &Expr) -> bool {
         self.filters_on_device() && !filter.is_volatile() && device_predicate(filter, &self.schema).is_some()
     }
-
-    /// One physical predicate from the filters DataFusion pushed down.
-    fn predicate(
-        &self,
-        state: &dyn Session,
-        filters: &[Expr],
-    ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
-        if filters.is_empty() {
-            return Ok(None);
-        }
-        let df_schema = DFSchema::try_from(Arc::clone(&self.schema))?;
-        let exprs = filters.iter().filter(|e| !e.is_volatile()).filter_map(|e| {
-            state
-                .create_physical_expr(e.clone(), &df_schema)
-                .inspect_err(|err| debug!("filter {e} not used for pruning: {err}"))
-                .ok()
-        });
-        Ok(conjunction_opt(exprs))
-    }
 }
 
 #[async_trait]
@@ -335,7 +316,7 @@ impl TableProvider for GpqTable {
         let filter = ScanFilter::new(state, &own, &read_schema)?.map(Arc::new);
         let files = Arc::clone(&self.current()?.files);
         let (backend, backend_note) = self.resolve_backend(&files, &read_columns)?;
-        let predicate = self.predicate(state, filters)?;
+        let predicate = pushed_predicate(state, &self.schema, filters)?;
         // A limit prunes row groups only when there is no filter; it is the
         // scan's own when every filter is (it counts the rows they keep).
         let prune_limit = if filters.is_empty() { limit } else { None };
@@ -354,14 +335,18 @@ impl TableProvider for GpqTable {
             state.config().target_partitions(),
             read_columns.is_empty(),
         );
+        let own_filters = own.into_iter().cloned().collect();
         Ok(Arc::new(GpqScanExec::new(ScanParts {
             files,
+            table_paths: self.paths.clone(),
             table_schema: Arc::clone(&self.schema),
             columns,
             schema,
             read_columns,
             read_schema,
             filter,
+            pushed_filters: filters.to_vec(),
+            own_filters,
             partitions,
             predicate,
             fetch,

@@ -1,0 +1,311 @@
+//! The extension codecs that carry gpq's nodes through Ballista's plans:
+//! [`GpqLogicalCodec`] for [`GpqTable`]s in logical plans (client to
+//! scheduler) and [`GpqPhysicalCodec`] for [`GpqScanExec`]s in stage plans
+//! (scheduler to executors), alone or in the [`GpqStageScanExec`] that
+//! gives each task its own partitions of a scan. Each encodes its node with
+//! `gpq_datafusion`'s `to_bytes` behind a tag, and hands everything else
+//! (Ballista's shuffle readers and writers, file formats, functions) to the
+//! codec it wraps, Ballista's own by default.
+//!
+//! The tags start with `G` (0x47). As the first byte of a protobuf message
+//! that would be field 8 of wire type 7, and there is no wire type 7, so
+//! bytes a protobuf codec (Ballista's, DataFusion's) wrote never start with
+//! a tag: a buffer without one goes to the wrapped codec untouched.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use datafusion::common::TableReference;
+use datafusion::datasource::file_format::FileFormatFactory;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{AggregateUDF, Extension, HigherOrderUDF, LogicalPlan, ScalarUDF, WindowUDF};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_common::physical_expr::proto_decode::PhysicalExprDecodeCtx;
+use datafusion::physical_expr_common::physical_expr::proto_encode::PhysicalExprEncodeCtx;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::logical_plan::LogicalExtensionCodec;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use gpq_datafusion::{GpqScanExec, GpqTable};
+
+use crate::stage_scan::GpqStageScanExec;
+
+/// Marks a serialized [`GpqTable`] in the logical codec's bytes.
+const TABLE_TAG: &[u8] = b"GPQ-TABLE\n";
+/// Marks a serialized [`GpqScanExec`] in the physical codec's bytes.
+const SCAN_TAG: &[u8] = b"GPQ-SCAN\n";
+/// Marks a serialized [`GpqStageScanExec`] (its scan; its one input is
+/// encoded by DataFusion) in the physical codec's bytes.
+const STAGE_SCAN_TAG: &[u8] = b"GPQ-STAGE-SCAN\n";
+
+/// A logical extension codec that encodes [`GpqTable`] providers (their
+/// files, schema and options) and hands everything else to the codec it
+/// wraps (Ballista's [`BallistaLogicalExtensionCodec`] unless told
+/// otherwise).
+///
+/// Decoding a table opens its files and reads their footers again, so the
+/// process that decodes (the scheduler) must see the files at the same paths.
+#[derive(Debug)]
+pub struct GpqLogicalCodec {
+    inner: Arc<dyn LogicalExtensionCodec>,
+    encoded: AtomicUsize,
+    decoded: AtomicUsize,
+}
+
+impl GpqLogicalCodec {
+    /// gpq tables, and Ballista's logical codec for everything else.
+    pub fn new() -> Self {
+        Self::wrapping(Arc::new(BallistaLogicalExtensionCodec::default()))
+    }
+
+    /// gpq tables, and `inner` for everything else.
+    pub fn wrapping(inner: Arc<dyn LogicalExtensionCodec>) -> Self {
+        GpqLogicalCodec { inner, encoded: AtomicUsize::new(0), decoded: AtomicUsize::new(0) }
+    }
+
+    /// gpq tables this codec has encoded.
+    pub fn tables_encoded(&self) -> usize {
+        self.encoded.load(Ordering::Relaxed)
+    }
+
+    /// gpq tables this codec has decoded.
+    pub fn tables_decoded(&self) -> usize {
+        self.decoded.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for GpqLogicalCodec {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LogicalExtensionCodec for GpqLogicalCodec {
+    fn try_decode(&self, buf: &[u8], inputs: &[LogicalPlan], ctx: &TaskContext) -> Result<Extension> {
+        self.inner.try_decode(buf, inputs, ctx)
+    }
+
+    fn try_encode(&self, node: &Extension, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode(node, buf)
+    }
+
+    fn try_decode_table_provider(
+        &self,
+        buf: &[u8],
+        table_ref: &TableReference,
+        schema: SchemaRef,
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let Some(bytes) = buf.strip_prefix(TABLE_TAG) else {
+            return self.inner.try_decode_table_provider(buf, table_ref, schema, ctx);
+        };
+        let table = GpqTable::from_bytes(bytes)?;
+        if table.schema().fields() != schema.fields() {
+            return Err(DataFusionError::Plan(format!(
+                "gpq table {table_ref}: the plan's schema {schema} is not the table's {}",
+                table.schema()
+            )));
+        }
+        self.decoded.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(table))
+    }
+
+    fn try_encode_table_provider(
+        &self,
+        table_ref: &TableReference,
+        node: Arc<dyn TableProvider>,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let Some(table) = node.downcast_ref::<GpqTable>() else {
+            return self.inner.try_encode_table_provider(table_ref, node, buf);
+        };
+        let bytes = table.to_bytes()?;
+        buf.extend_from_slice(TABLE_TAG);
+        buf.extend_from_slice(&bytes);
+        self.encoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn try_decode_file_format(&self, buf: &[u8], ctx: &TaskContext) -> Result<Arc<dyn FileFormatFactory>> {
+        self.inner.try_decode_file_format(buf, ctx)
+    }
+
+    fn try_encode_file_format(&self, buf: &mut Vec<u8>, node: Arc<dyn FileFormatFactory>) -> Result<()> {
+        self.inner.try_encode_file_format(buf, node)
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.inner.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_higher_order_function(&self, name: &str, buf: &[u8]) -> Result<Arc<HigherOrderUDF>> {
+        self.inner.try_decode_higher_order_function(name, buf)
+    }
+
+    fn try_encode_higher_order_function(&self, node: &HigherOrderUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_higher_order_function(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.inner.try_decode_udaf(name, buf)
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udaf(node, buf)
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.inner.try_decode_udwf(name, buf)
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udwf(node, buf)
+    }
+}
+
+/// A physical extension codec that encodes [`GpqScanExec`]s (their
+/// partitions, columns, filters, limit and backend), alone or in the
+/// scheduler's stage scans (see [`GpqSchedulerPlanner`](crate::GpqSchedulerPlanner)), and hands everything
+/// else to the codec it wraps (Ballista's [`BallistaPhysicalExtensionCodec`]
+/// unless told otherwise).
+///
+/// Decoding a scan opens only the files its partitions read and reads their
+/// footers; which row groups and rows each partition reads is what the
+/// scheduler planned. The executors must see the files at the same paths.
+#[derive(Debug)]
+pub struct GpqPhysicalCodec {
+    inner: Arc<dyn PhysicalExtensionCodec>,
+    encoded: AtomicUsize,
+    decoded: AtomicUsize,
+}
+
+impl GpqPhysicalCodec {
+    /// gpq scans, and Ballista's physical codec for everything else.
+    pub fn new() -> Self {
+        Self::wrapping(Arc::new(BallistaPhysicalExtensionCodec::default()))
+    }
+
+    /// gpq scans, and `inner` for everything else.
+    pub fn wrapping(inner: Arc<dyn PhysicalExtensionCodec>) -> Self {
+        GpqPhysicalCodec { inner, encoded: AtomicUsize::new(0), decoded: AtomicUsize::new(0) }
+    }
+
+    /// gpq scans (alone or in a stage scan) this codec has encoded.
+    pub fn scans_encoded(&self) -> usize {
+        self.encoded.load(Ordering::Relaxed)
+    }
+
+    /// gpq scans (alone or in a stage scan) this codec has decoded.
+    pub fn scans_decoded(&self) -> usize {
+        self.decoded.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for GpqPhysicalCodec {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PhysicalExtensionCodec for GpqPhysicalCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(bytes) = buf.strip_prefix(SCAN_TAG) {
+            if !inputs.is_empty() {
+                return Err(DataFusionError::Plan(format!("a gpq scan has no inputs, {} were given", inputs.len())));
+            }
+            let scan = GpqScanExec::from_bytes(bytes, ctx)?;
+            self.decoded.fetch_add(1, Ordering::Relaxed);
+            return Ok(Arc::new(scan));
+        }
+        if let Some(bytes) = buf.strip_prefix(STAGE_SCAN_TAG) {
+            let [input] = inputs else {
+                return Err(DataFusionError::Plan(format!("a gpq stage scan has one input, {} were given", inputs.len())));
+            };
+            let scan = GpqScanExec::from_bytes(bytes, ctx)?;
+            let stage = GpqStageScanExec::with_input(Arc::new(scan), Arc::clone(input))?;
+            self.decoded.fetch_add(1, Ordering::Relaxed);
+            return Ok(Arc::new(stage));
+        }
+        self.inner.try_decode(buf, inputs, ctx, proto_converter)
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let (tag, bytes) = if let Some(scan) = node.downcast_ref::<GpqScanExec>() {
+            (SCAN_TAG, scan.to_bytes()?)
+        } else if let Some(stage) = node.downcast_ref::<GpqStageScanExec>() {
+            let scan = stage
+                .scan()
+                .ok_or_else(|| DataFusionError::Internal("a gpq stage scan without a gpq scan".into()))?;
+            (STAGE_SCAN_TAG, scan.to_bytes()?)
+        } else {
+            return self.inner.try_encode(node, buf, proto_converter);
+        };
+        buf.extend_from_slice(tag);
+        buf.extend_from_slice(&bytes);
+        self.encoded.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.inner.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_higher_order_function(&self, name: &str, buf: &[u8]) -> Result<Arc<HigherOrderUDF>> {
+        self.inner.try_decode_higher_order_function(name, buf)
+    }
+
+    fn try_encode_higher_order_function(&self, node: &HigherOrderUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_higher_order_function(node, buf)
+    }
+
+    fn try_decode_expr(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn PhysicalExpr>],
+        ctx: &PhysicalExprDecodeCtx<'_>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        self.inner.try_decode_expr(buf, inputs, ctx)
+    }
+
+    fn try_encode_expr(&self, node: &Arc<dyn PhysicalExpr>, buf: &mut Vec<u8>, ctx: &PhysicalExprEncodeCtx<'_>) -> Result<()> {
+        self.inner.try_encode_expr(node, buf, ctx)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.inner.try_decode_udaf(name, buf)
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udaf(node, buf)
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.inner.try_decode_udwf(name, buf)
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.inner.try_encode_udwf(node, buf)
+    }
+}
