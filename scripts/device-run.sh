@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-gpus context-loss page-checks regressions sanitizer-core
+#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
@@ -279,6 +279,20 @@ stage_tpch_bench() {
   compare=(--compare-device-filters); [ "${TPCH_FILTERS:-1}" = 0 ] && compare=()
   gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu "${compare[@]}" 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
   note "tpch-bench: rc=${PIPESTATUS[0]}"
+}
+
+stage_ballista_gpus() {
+  # Issue 16 (the nvidia-h200-x2 kind): the 22 TPC-H queries at SF10 on one local process with
+  # one GPU, then on a Ballista cluster in this process (a scheduler and 2 executors, one per GPU)
+  # over gpq tables and over DataFusion's built-in Parquet scan; same results checked each time.
+  d=$data/suite/default
+  if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
+  cat "$d"/*.parquet > /dev/null
+  nvidia-smi -L | tee -a "$summary"
+  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-1}" --backend auto --devices 0 2>&1 | tee "$OUT/ballista-local.md" | tail -26 | tee -a "$summary"
+  note "ballista-gpus local one GPU: rc=${PIPESTATUS[0]}"
+  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-1}" --backend auto --cluster local:2 2>&1 | tee "$OUT/ballista-cluster.md" | tail -27 | tee -a "$summary"
+  note "ballista-gpus cluster local:2: rc=${PIPESTATUS[0]}"
 }
 
 stage_tpch_profile() {

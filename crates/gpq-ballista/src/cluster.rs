@@ -14,6 +14,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use gpq_datafusion::ScanDevice;
+
 use crate::codec::{GpqLogicalCodec, GpqPhysicalCodec};
 use crate::stage_scan::GpqSchedulerPlanner;
 
@@ -90,6 +92,15 @@ pub async fn remote_context(url: &str, state: SessionState) -> Result<SessionCon
 /// parallelism says (`SessionConfigExt::with_ballista_standalone_parallelism`).
 /// The servers are tasks of the current tokio runtime: they stop with it.
 pub async fn start_standalone_cluster(state: &SessionState, executors: usize) -> Result<String> {
+    start_standalone_cluster_on(state, &vec![ScanDevice::AsOptions; executors]).await
+}
+
+/// [`start_standalone_cluster`] with one executor per entry of `devices`,
+/// each decoding its scans there: `ScanDevice::Gpu(i)` binds an executor to
+/// GPU `i` of this process, so that two executors of one process can use
+/// two GPUs.
+pub async fn start_standalone_cluster_on(state: &SessionState, devices: &[ScanDevice]) -> Result<String> {
+    let executors = devices.len();
     if executors == 0 {
         return Err(DataFusionError::Configuration("a cluster needs at least one executor".into()));
     }
@@ -111,12 +122,26 @@ pub async fn start_standalone_cluster(state: &SessionState, executors: usize) ->
         }
     };
     let task_slots = state.config().ballista_standalone_parallelism();
-    for _ in 0..executors {
+    for &device in devices {
+        let state = on_device(&state, device);
         ballista_executor::new_standalone_executor_from_state(scheduler.clone(), task_slots, &state)
             .await
             .map_err(|e| DataFusionError::Configuration(format!("cannot start a Ballista executor: {e}")))?;
     }
     Ok(format!("df://localhost:{}", address.port()))
+}
+
+/// `state` (with gpq's codecs) with its physical codec decoding scans on `device`.
+pub(crate) fn on_device(state: &SessionState, device: ScanDevice) -> SessionState {
+    let config = state.config().clone();
+    let physical = config.ballista_physical_extension_codec();
+    let codec = match (physical.as_ref() as &dyn std::any::Any).downcast_ref::<GpqPhysicalCodec>() {
+        Some(gpq) => gpq.on_device(device),
+        None => GpqPhysicalCodec::wrapping(physical).with_scan_device(device),
+    };
+    let mut builder = SessionStateBuilder::new_from_existing(state.clone());
+    *builder.config() = Some(config.with_ballista_physical_extension_codec(Arc::new(codec)));
+    builder.build()
 }
 
 /// A session on a cluster started in this process (see

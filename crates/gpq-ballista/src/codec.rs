@@ -29,7 +29,7 @@ use datafusion::physical_expr_common::physical_expr::proto_encode::PhysicalExprE
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
-use gpq_datafusion::{GpqScanExec, GpqTable};
+use gpq_datafusion::{GpqScanExec, GpqTable, ScanDevice};
 
 use crate::stage_scan::GpqStageScanExec;
 
@@ -48,6 +48,9 @@ const STAGE_SCAN_TAG: &[u8] = b"GPQ-STAGE-SCAN\n";
 ///
 /// Decoding a table opens its files and reads their footers again, so the
 /// process that decodes (the scheduler) must see the files at the same paths.
+/// A decoded table is [planned for executors](GpqTable::planned_for_executors):
+/// the scheduler does not look for a GPU of its own, and each executor
+/// resolves the backend where it decodes.
 #[derive(Debug)]
 pub struct GpqLogicalCodec {
     inner: Arc<dyn LogicalExtensionCodec>,
@@ -102,7 +105,7 @@ impl LogicalExtensionCodec for GpqLogicalCodec {
         let Some(bytes) = buf.strip_prefix(TABLE_TAG) else {
             return self.inner.try_decode_table_provider(buf, table_ref, schema, ctx);
         };
-        let table = GpqTable::from_bytes(bytes)?;
+        let table = GpqTable::from_bytes(bytes)?.planned_for_executors();
         if table.schema().fields() != schema.fields() {
             return Err(DataFusionError::Plan(format!(
                 "gpq table {table_ref}: the plan's schema {schema} is not the table's {}",
@@ -179,11 +182,22 @@ impl LogicalExtensionCodec for GpqLogicalCodec {
 /// Decoding a scan opens only the files its partitions read and reads their
 /// footers; which row groups and rows each partition reads is what the
 /// scheduler planned. The executors must see the files at the same paths.
+/// Where a scan decodes is the decoding codec's [`ScanDevice`] (an
+/// executor's GPU, or the CPU), resolved with the table's backend option.
 #[derive(Debug)]
 pub struct GpqPhysicalCodec {
     inner: Arc<dyn PhysicalExtensionCodec>,
+    device: ScanDevice,
+    /// Shared with the codecs made by [`GpqPhysicalCodec::on_device`].
+    counts: Arc<ScanCounts>,
+}
+
+/// What physical codecs of one family encoded and decoded.
+#[derive(Debug, Default)]
+struct ScanCounts {
     encoded: AtomicUsize,
     decoded: AtomicUsize,
+    decoded_on_gpu: AtomicUsize,
 }
 
 impl GpqPhysicalCodec {
@@ -194,17 +208,49 @@ impl GpqPhysicalCodec {
 
     /// gpq scans, and `inner` for everything else.
     pub fn wrapping(inner: Arc<dyn PhysicalExtensionCodec>) -> Self {
-        GpqPhysicalCodec { inner, encoded: AtomicUsize::new(0), decoded: AtomicUsize::new(0) }
+        GpqPhysicalCodec { inner, device: ScanDevice::AsOptions, counts: Arc::default() }
+    }
+
+    /// Scans this codec decodes run on `device` (an executor's GPU, or the
+    /// CPU); by default as the tables' options say.
+    pub fn with_scan_device(mut self, device: ScanDevice) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Where the scans this codec decodes run.
+    pub fn scan_device(&self) -> ScanDevice {
+        self.device
+    }
+
+    /// A codec like this one (the same wrapped codec, the same counters:
+    /// the scans it encodes and decodes count in both) whose scans run on
+    /// `device`.
+    pub fn on_device(&self, device: ScanDevice) -> GpqPhysicalCodec {
+        GpqPhysicalCodec { inner: Arc::clone(&self.inner), device, counts: Arc::clone(&self.counts) }
     }
 
     /// gpq scans (alone or in a stage scan) this codec has encoded.
     pub fn scans_encoded(&self) -> usize {
-        self.encoded.load(Ordering::Relaxed)
+        self.counts.encoded.load(Ordering::Relaxed)
     }
 
     /// gpq scans (alone or in a stage scan) this codec has decoded.
     pub fn scans_decoded(&self) -> usize {
-        self.decoded.load(Ordering::Relaxed)
+        self.counts.decoded.load(Ordering::Relaxed)
+    }
+
+    /// Of the decoded scans, those that decode on a GPU.
+    pub fn scans_decoded_on_gpu(&self) -> usize {
+        self.counts.decoded_on_gpu.load(Ordering::Relaxed)
+    }
+
+    /// Counts a decoded scan.
+    fn decoded(&self, scan: &GpqScanExec) {
+        self.counts.decoded.fetch_add(1, Ordering::Relaxed);
+        if scan.uses_gpu() {
+            self.counts.decoded_on_gpu.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -226,17 +272,17 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
             if !inputs.is_empty() {
                 return Err(DataFusionError::Plan(format!("a gpq scan has no inputs, {} were given", inputs.len())));
             }
-            let scan = GpqScanExec::from_bytes(bytes, ctx)?;
-            self.decoded.fetch_add(1, Ordering::Relaxed);
+            let scan = GpqScanExec::from_bytes_on(bytes, ctx, self.device)?;
+            self.decoded(&scan);
             return Ok(Arc::new(scan));
         }
         if let Some(bytes) = buf.strip_prefix(STAGE_SCAN_TAG) {
             let [input] = inputs else {
                 return Err(DataFusionError::Plan(format!("a gpq stage scan has one input, {} were given", inputs.len())));
             };
-            let scan = GpqScanExec::from_bytes(bytes, ctx)?;
+            let scan = GpqScanExec::from_bytes_on(bytes, ctx, self.device)?;
+            self.decoded(&scan);
             let stage = GpqStageScanExec::with_input(Arc::new(scan), Arc::clone(input))?;
-            self.decoded.fetch_add(1, Ordering::Relaxed);
             return Ok(Arc::new(stage));
         }
         self.inner.try_decode(buf, inputs, ctx, proto_converter)
@@ -260,7 +306,7 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
         };
         buf.extend_from_slice(tag);
         buf.extend_from_slice(&bytes);
-        self.encoded.fetch_add(1, Ordering::Relaxed);
+        self.counts.encoded.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

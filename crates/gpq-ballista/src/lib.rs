@@ -49,16 +49,27 @@
 //! # }
 //! ```
 //!
-//! A scan decodes on the backend it was planned with: the scheduler
-//! resolves `Backend::Auto` where it runs, so today the scheduler's machine
-//! decides whether executors decode on a GPU or the CPU.
+//! Where a scan decodes is decided by the executor that runs it, not by the
+//! scheduler: the scheduler plans gpq tables [for
+//! executors](gpq_datafusion::GpqTable::planned_for_executors) (filters the
+//! device can evaluate are the scan's own, whatever hardware the scheduler
+//! has), and each executor's physical codec resolves the backend with its
+//! [`ScanDevice`]: its GPU, or the CPU, where scans apply those filters on
+//! the host. [`start_standalone_cluster_on`] binds in-process executors to
+//! GPUs; [`run_scheduler`] and [`run_executor`] (the `gpq scheduler` and
+//! `gpq executor` commands) serve them as processes of their own.
 
 #![warn(missing_docs)]
 
 mod cluster;
 mod codec;
+mod process;
 mod stage_scan;
 
-pub use cluster::{remote_context, scheduler_state, standalone_context, start_standalone_cluster, with_gpq_codecs};
+pub use cluster::{remote_context, scheduler_state, standalone_context, start_standalone_cluster, start_standalone_cluster_on, with_gpq_codecs};
 pub use codec::{GpqLogicalCodec, GpqPhysicalCodec};
+pub use gpq_datafusion::ScanDevice;
+/// Ballista's settings of a `SessionConfig` (`new_with_ballista`, its codecs, standalone parallelism).
+pub use ballista::prelude::SessionConfigExt;
+pub use process::{DEFAULT_SCHEDULER_PORT, ExecutorOptions, default_device, run_executor, run_scheduler};
 pub use stage_scan::GpqSchedulerPlanner;

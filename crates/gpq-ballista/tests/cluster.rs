@@ -1,10 +1,15 @@
 //! gpq tables on a Ballista cluster inside this process (a scheduler and two
-//! executors on loopback, CPU backend): the 22 TPC-H queries give the same
-//! rows as a local `SessionContext` over gpq tables and as DataFusion's
-//! built-in Parquet tables, the queries run as distributed jobs, and the
+//! executors on loopback, each bound to a GPU where the machine has GPUs,
+//! round robin, else to the CPU; tables with the automatic backend): the 22
+//! TPC-H queries give the same rows as a local `SessionContext` over gpq
+//! tables, as DataFusion's built-in Parquet tables, and as the same cluster
+//! over built-in Parquet tables; the queries run as distributed jobs, the
 //! tables and scans went through gpq's codecs (client to scheduler,
-//! scheduler to executors). Also: a plan with gpq scans round-trips through
-//! the codecs alone, and corrupt or foreign bytes are errors.
+//! scheduler to executors), and every scan decoded where its executor is
+//! bound. Each query's times are printed (built-in, local gpq, Ballista over
+//! gpq, Ballista over built-in Parquet). Also: a plan with gpq scans
+//! round-trips through the codecs alone, and corrupt or foreign bytes are
+//! errors.
 //!
 //! The scale factor is `GPQ_BALLISTA_TPCH_SF` (default 1); data is
 //! generated once per scale factor under the target directory and reused
@@ -28,7 +33,7 @@ use datafusion_proto::bytes::{
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExtensionCodec};
 use ballista_scheduler::state::task_builder::restrict_plan_to_partitions;
-use gpq_ballista::{GpqLogicalCodec, GpqPhysicalCodec, scheduler_state, standalone_context, with_gpq_codecs};
+use gpq_ballista::{GpqLogicalCodec, GpqPhysicalCodec, ScanDevice, remote_context, scheduler_state, start_standalone_cluster_on, with_gpq_codecs};
 use gpq_bench::tpch::queries::{self, TableSource};
 use gpq_bench::tpch::{GenOptions, Table, generate_table};
 use gpq_datafusion::{Backend, GpqScanExec, GpqTableOptions};
@@ -47,6 +52,15 @@ fn scale_factor() -> f64 {
 
 fn cpu() -> GpqTableOptions {
     GpqTableOptions::new().with_backend(Backend::Cpu)
+}
+
+/// Where `n` executors decode: one GPU each, round robin, where this
+/// machine has GPUs; else the CPU.
+fn executor_devices(n: usize) -> Vec<ScanDevice> {
+    match gpq::cuda::device_count() {
+        Ok(gpus) if gpus > 0 && gpq::cuda::device_available() => (0..n).map(|i| ScanDevice::Gpu(i % gpus)).collect(),
+        _ => vec![ScanDevice::Cpu; n],
+    }
 }
 
 /// TPC-H data at `sf`, generated once per scale factor into a directory of
@@ -127,11 +141,18 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
             .with_target_partitions(PARTITIONS)
             .with_ballista_standalone_parallelism(2),
     );
-    let state = SessionStateBuilder::new().with_default_features().with_config(config).build();
-    let cluster = standalone_context(state, 2).await.unwrap();
-    queries::register_tables(&cluster, &dir, &TableSource::Gpq(cpu())).await.unwrap();
+    // A session state each: a cloned state shares its catalog.
+    let state = || SessionStateBuilder::new().with_default_features().with_config(config.clone()).build();
+    let devices = executor_devices(2);
+    eprintln!("executors: {devices:?}");
+    let url = start_standalone_cluster_on(&state(), &devices).await.unwrap();
+    let cluster = remote_context(&url, state()).await.unwrap();
+    let auto = GpqTableOptions::new();
+    queries::register_tables(&cluster, &dir, &TableSource::Gpq(auto.clone())).await.unwrap();
+    let cluster_builtin = remote_context(&url, state()).await.unwrap();
+    queries::register_tables(&cluster_builtin, &dir, &TableSource::Parquet).await.unwrap();
     let local = local_context();
-    queries::register_tables(&local, &dir, &TableSource::Gpq(cpu())).await.unwrap();
+    queries::register_tables(&local, &dir, &TableSource::Gpq(auto)).await.unwrap();
     let builtin = local_context();
     queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
 
@@ -145,7 +166,7 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
     assert!(explain.contains("GpqStageScanExec"), "{explain}");
 
     let (logical_codec, physical_codec) = codecs(&cluster);
-    let (mut t_builtin, mut t_local, mut t_cluster) = (0.0, 0.0, 0.0);
+    let (mut t_builtin, mut t_local, mut t_cluster, mut t_cluster_builtin) = (0.0, 0.0, 0.0, 0.0);
     for n in 1..=queries::QUERY_COUNT {
         let (tables_before, scans_before) =
             (logical(&logical_codec).tables_decoded(), physical(&physical_codec).scans_decoded());
@@ -157,17 +178,27 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
         let distributed =
             queries::run_query(&cluster, n).await.unwrap_or_else(|e| panic!("q{n} on the Ballista cluster: {e}"));
         let t3 = Instant::now();
-        let (b, l, c) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), (t3 - t2).as_secs_f64());
-        (t_builtin, t_local, t_cluster) = (t_builtin + b, t_local + l, t_cluster + c);
-        eprintln!("q{n:02}: {} rows; built-in {b:.2} s, local gpq {l:.2} s, Ballista gpq {c:.2} s", rows(&expected));
+        let distributed_builtin = queries::run_query(&cluster_builtin, n)
+            .await
+            .unwrap_or_else(|e| panic!("q{n} on the Ballista cluster over built-in Parquet: {e}"));
+        let t4 = Instant::now();
+        let (b, l, c, cb) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), (t3 - t2).as_secs_f64(), (t4 - t3).as_secs_f64());
+        (t_builtin, t_local, t_cluster, t_cluster_builtin) = (t_builtin + b, t_local + l, t_cluster + c, t_cluster_builtin + cb);
+        eprintln!(
+            "q{n:02}: {} rows; built-in {b:.3} s, local gpq {l:.3} s, Ballista gpq {c:.3} s, Ballista built-in {cb:.3} s",
+            rows(&expected)
+        );
         let what = format!("TPC-H q{n} at SF {sf}");
         assert_same_rows(&what, "built-in Parquet", &expected, &distributed);
         assert_same_rows(&what, "local gpq", &ours, &distributed);
+        assert_same_rows(&what, "built-in Parquet", &expected, &distributed_builtin);
         // The scheduler decoded the query's tables, the executors its scans.
         assert!(logical(&logical_codec).tables_decoded() > tables_before, "q{n}: no gpq table reached the scheduler");
         assert!(physical(&physical_codec).scans_decoded() > scans_before, "q{n}: no gpq scan reached an executor");
     }
-    eprintln!("total at SF {sf}: built-in {t_builtin:.1} s, local gpq {t_local:.1} s, Ballista gpq {t_cluster:.1} s");
+    eprintln!(
+        "total at SF {sf}: built-in {t_builtin:.3} s, local gpq {t_local:.3} s, Ballista gpq {t_cluster:.3} s, Ballista built-in {t_cluster_builtin:.3} s"
+    );
     let (l, p) = (logical(&logical_codec), physical(&physical_codec));
     eprintln!(
         "codecs: {} tables encoded, {} decoded; {} scans encoded, {} decoded",
@@ -177,6 +208,9 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
         p.scans_decoded()
     );
     assert!(l.tables_encoded() >= queries::QUERY_COUNT && p.scans_encoded() >= queries::QUERY_COUNT);
+    // Every scan decoded where its executor is bound.
+    let on_gpu = if devices.iter().all(|d| matches!(d, ScanDevice::Gpu(_))) { p.scans_decoded() } else { 0 };
+    assert_eq!(p.scans_decoded_on_gpu(), on_gpu, "scans decoded on a GPU, of {}", p.scans_decoded());
 }
 
 /// The gpq scans of `plan`.

@@ -2,6 +2,8 @@
 //! plans, read files onto the GPU, and benchmark.
 
 mod bench;
+#[cfg(feature = "ballista")]
+mod cluster;
 mod demo;
 mod generate;
 mod inspect;
@@ -45,6 +47,12 @@ enum Command {
     /// Run TPC-H queries over `gpq gen` output scanned by gpq (DataFusion).
     #[cfg(feature = "datafusion")]
     Tpch(sql::TpchArgs),
+    /// Serve a Ballista scheduler that plans gpq scans (for `--cluster df://HOST:PORT`).
+    #[cfg(feature = "ballista")]
+    Scheduler(cluster::SchedulerArgs),
+    /// Serve a Ballista executor whose gpq scans decode on one GPU (or the CPU).
+    #[cfg(feature = "ballista")]
+    Executor(cluster::ExecutorArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +76,10 @@ fn main() -> ExitCode {
         Command::Sql(a) => sql::run_sql(a),
         #[cfg(feature = "datafusion")]
         Command::Tpch(a) => sql::run_tpch(a),
+        #[cfg(feature = "ballista")]
+        Command::Scheduler(a) => cluster::run_scheduler(a),
+        #[cfg(feature = "ballista")]
+        Command::Executor(a) => cluster::run_executor(a),
     };
     match result {
         Ok(code) => code,

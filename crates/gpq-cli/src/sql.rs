@@ -54,6 +54,13 @@ pub struct EngineArgs {
     /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
     #[arg(long)]
     pub devices: Option<String>,
+    /// Run the queries on a Ballista cluster: `df://host:port` (a scheduler
+    /// started with `gpq scheduler`, executors with `gpq executor`), or
+    /// `local:N` (a scheduler and N executors in this process). Every process
+    /// must see the data at the same paths.
+    #[cfg(feature = "ballista")]
+    #[arg(long)]
+    pub cluster: Option<String>,
 }
 
 /// Arguments of `gpq sql`.
@@ -121,12 +128,17 @@ impl EngineArgs {
             .with_devices(parse_devices(self.devices.as_deref())?))
     }
 
-    fn context(&self) -> SessionContext {
+    /// A session: local, or on the cluster of `--cluster`.
+    async fn context(&self) -> DfResult<SessionContext> {
         let mut config = SessionConfig::new().with_batch_size(self.batch_size.max(1));
         if let Some(p) = self.partitions {
             config = config.with_target_partitions(p.max(1));
         }
-        SessionContext::new_with_config(config)
+        #[cfg(feature = "ballista")]
+        if let Some(cluster) = &self.cluster {
+            return crate::cluster::context(cluster, config).await;
+        }
+        Ok(SessionContext::new_with_config(config))
     }
 }
 
@@ -165,7 +177,7 @@ pub fn run_sql(args: SqlArgs) -> gpq::Result<ExitCode> {
     let options = args.engine.table_options()?;
     let rt = runtime()?;
     Ok(report(rt.block_on(async {
-        let ctx = args.engine.context();
+        let ctx = args.engine.context().await?;
         let names = register_dir(&ctx, &args.data, &options)?;
         eprintln!("tables: {}", names.join(", "));
         for statement in args.sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
@@ -183,7 +195,7 @@ pub fn run_tpch(args: TpchArgs) -> gpq::Result<ExitCode> {
     }
     let rt = runtime()?;
     Ok(report(rt.block_on(async {
-        let ctx = args.engine.context();
+        let ctx = args.engine.context().await?;
         queries::register_tables(&ctx, &args.data, &TableSource::Gpq(options)).await?;
         for &n in &args.query {
             println!("-- TPC-H query {n}");
@@ -222,12 +234,12 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
     let rt = runtime()?;
     let mut wrong: Vec<usize> = Vec::new();
     let code = report(rt.block_on(async {
-        let builtin = args.engine.context();
+        let builtin = args.engine.context().await?;
         queries::register_tables(&builtin, &args.data, &TableSource::Parquet).await?;
-        let ours = args.engine.context();
+        let ours = args.engine.context().await?;
         queries::register_tables(&ours, &args.data, &TableSource::Gpq(options.clone())).await?;
-        let plain = args.engine.context();
-        let eager = args.engine.context();
+        let plain = args.engine.context().await?;
+        let eager = args.engine.context().await?;
         if args.compare_device_filters {
             let off = options.clone().with_device_filters(false);
             queries::register_tables(&plain, &args.data, &TableSource::Gpq(off)).await?;
@@ -244,6 +256,10 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
             args.engine.batch_size,
             args.repeat.max(1)
         );
+        #[cfg(feature = "ballista")]
+        if let Some(cluster) = &args.engine.cluster {
+            println!("Both engines run on the Ballista cluster {cluster} (built-in Parquet: Ballista's own scan).");
+        }
         if args.compare_device_filters {
             println!(
                 "\n| query | rows | built-in Parquet s | gpq s | speed-up | gpq without device filters s | gpq {other_late} late materialization s | MB to host (device filters / none) | same result |"

@@ -117,6 +117,7 @@ use datafusion::prelude::SessionContext;
 
 pub use exec::GpqScanExec;
 pub use options::{Backend, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
+pub use remote::ScanDevice;
 pub use table::GpqTable;
 pub use units::PruningSummary;
 

@@ -13,8 +13,11 @@
 //! checks that each is the file the scan was planned on (same size and
 //! modification time) and that each row group is there with the rows the
 //! plan says, and rebuilds the filters from their expressions against the
-//! read schema. It decides nothing: the decoded scan reads exactly the row
-//! groups and rows the planner chose, with the backend it chose.
+//! read schema. The decoded scan reads exactly the row groups and rows the
+//! planner chose; only the backend is decided again where the scan is
+//! decoded, since an executor knows its own hardware and the planner does
+//! not ([`ScanDevice`]: as the table's options say, on a given GPU, or on
+//! the CPU).
 //!
 //! # Encoding
 //!
@@ -56,6 +59,7 @@ use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use prost::Message;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tracing::debug;
 
 use gpq::{DecompressMode, IoOptions, IoPath, ReadOptions};
 
@@ -64,7 +68,7 @@ use crate::file::{FileStamp, GpqFile, fit_to_table};
 use crate::filter::ScanFilter;
 use crate::options::{Backend, GpqTableOptions};
 use crate::pruning::pushed_predicate;
-use crate::table::GpqTable;
+use crate::table::{GpqTable, resolve_backend};
 use crate::to_df_error;
 use crate::units::{PruningSummary, ScanUnit};
 
@@ -144,8 +148,41 @@ impl GpqScanExec {
     /// version), describe an impossible scan, or when a file cannot be
     /// opened or is no longer the file the scan was planned on.
     pub fn from_bytes(bytes: &[u8], ctx: &TaskContext) -> Result<GpqScanExec> {
+        Self::from_bytes_on(bytes, ctx, ScanDevice::AsOptions)
+    }
+
+    /// [`GpqScanExec::from_bytes`], decoding on `device`: the backend is
+    /// resolved here, by the table's options with `device` applied (see
+    /// [`ScanDevice`]), whatever the planner chose.
+    pub fn from_bytes_on(bytes: &[u8], ctx: &TaskContext, device: ScanDevice) -> Result<GpqScanExec> {
         let doc: Document<ScanSpec> = from_json(bytes, SCAN_KIND)?;
-        doc.body.decode(ctx)
+        doc.body.decode(ctx, device)
+    }
+}
+
+/// Where a process decodes the scans it receives (an executor's setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScanDevice {
+    /// As the table's options say: their devices, and the CPU where
+    /// `Backend::Auto` finds none usable here.
+    #[default]
+    AsOptions,
+    /// Every partition on this CUDA device (an executor bound to one GPU);
+    /// the CPU where `Backend::Auto` cannot use it.
+    Gpu(usize),
+    /// On the CPU (an executor without a GPU). A table whose backend is
+    /// `Backend::Gpu` cannot be scanned here.
+    Cpu,
+}
+
+impl ScanDevice {
+    /// `options` as a scan decoded on this device uses them.
+    fn apply(self, mut options: GpqTableOptions) -> GpqTableOptions {
+        if let ScanDevice::Gpu(d) = self {
+            options.read.device = d;
+            options.devices.clear();
+        }
+        options
     }
 }
 
@@ -299,9 +336,9 @@ struct ScanSpec {
 }
 
 impl ScanSpec {
-    fn decode(self, ctx: &TaskContext) -> Result<GpqScanExec> {
+    fn decode(self, ctx: &TaskContext, device: ScanDevice) -> Result<GpqScanExec> {
         let table_schema: SchemaRef = Arc::new(decode_schema(&self.table.schema)?);
-        let options: GpqTableOptions = self.table.options.into();
+        let options: GpqTableOptions = device.apply(self.table.options.into());
         let width = table_schema.fields().len();
         if let Some(bad) = self.read_columns.iter().find(|&&c| c >= width) {
             return Err(invalid_scan(format!("column {bad} of a table of {width} columns")));
@@ -354,6 +391,24 @@ impl ScanSpec {
             let filter = ScanFilter::new(&state, &own, &read_schema)?.map(Arc::new);
             (filter, pushed_predicate(&state, &table_schema, &pushed_filters)?)
         };
+        let (backend, backend_note) = match (device, options.backend) {
+            (_, Backend::Cpu) => (ScanBackend::Cpu, "cpu".to_string()),
+            (ScanDevice::Cpu, Backend::Gpu) => {
+                return Err(DataFusionError::Execution(
+                    "gpq scan: the table's backend is gpu, and this process decodes on the CPU only".into(),
+                ));
+            }
+            (ScanDevice::Cpu, Backend::Auto) => (ScanBackend::Cpu, "cpu (this executor has no GPU)".to_string()),
+            // Bound to a GPU: the automatic backend takes it where it can be used.
+            (ScanDevice::Gpu(d), Backend::Auto) => match gpq::cuda::GpuContext::get(d) {
+                Ok(_) => resolve_backend(&GpqTableOptions { backend: Backend::Gpu, ..options.clone() }, &files, &self.read_columns)?,
+                Err(e) => (ScanBackend::Cpu, format!("cpu (auto: {e})")),
+            },
+            _ => resolve_backend(&options, &files, &self.read_columns)?,
+        };
+        if backend != ScanBackend::from(self.backend) {
+            debug!(planned = %self.backend_note, here = %backend_note, "gpq scan: backend resolved where it is decoded");
+        }
         Ok(GpqScanExec::new(ScanParts {
             files: Arc::new(files),
             table_paths: self.table.paths,
@@ -369,8 +424,8 @@ impl ScanSpec {
             predicate,
             fetch: self.fetch,
             options,
-            backend: self.backend.into(),
-            backend_note: self.backend_note,
+            backend,
+            backend_note,
             pruning: self.pruning.into(),
         }))
     }

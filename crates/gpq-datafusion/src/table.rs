@@ -61,6 +61,9 @@ pub struct GpqTable {
     options: GpqTableOptions,
     /// The footers as of the last check, and the statistics derived from them.
     state: RwLock<Arc<TableState>>,
+    /// Planned on behalf of executors elsewhere (a distributed scheduler):
+    /// see [`GpqTable::planned_for_executors`].
+    for_executors: bool,
 }
 
 /// The files' footers at one point in time, and the table statistics from them.
@@ -131,6 +134,7 @@ impl GpqTable {
             schema,
             options,
             state: RwLock::new(Arc::new(state)),
+            for_executors: false,
         })
     }
 
@@ -142,6 +146,24 @@ impl GpqTable {
     /// The table's options.
     pub fn options(&self) -> &GpqTableOptions {
         &self.options
+    }
+
+    /// This table as a scheduler plans it for executors in other processes
+    /// (Ballista's, say), which decode on their own hardware: its scans are
+    /// planned without looking for a GPU here. Filters the device can
+    /// evaluate are `Exact` unless the backend is `Cpu` (an executor without
+    /// a GPU applies them on the host, so the answer is the same), and each
+    /// executor resolves the backend and device where it decodes (see
+    /// [`GpqScanExec::from_bytes_on`](crate::GpqScanExec::from_bytes_on)).
+    pub fn planned_for_executors(mut self) -> GpqTable {
+        self.for_executors = true;
+        self
+    }
+
+    /// Whether scans are planned for executors elsewhere (see
+    /// [`GpqTable::planned_for_executors`]).
+    pub fn is_planned_for_executors(&self) -> bool {
+        self.for_executors
     }
 
     /// Rows in all files, from the footers as of the last scan (or the
@@ -193,58 +215,14 @@ impl GpqTable {
         Ok(fresh)
     }
 
-    /// The backend a scan of `columns` of `files` runs with, and how `EXPLAIN` names it.
-    fn resolve_backend(
-        &self,
-        files: &[GpqFile],
-        columns: &[usize],
-    ) -> Result<(ScanBackend, String)> {
-        let device = self.options.read.device;
-        match self.options.backend {
-            Backend::Cpu => return Ok((ScanBackend::Cpu, "cpu".into())),
-            Backend::Auto if !device_available() => {
-                return Ok((ScanBackend::Cpu, "cpu (auto: no CUDA device)".into()));
-            }
-            Backend::Auto | Backend::Gpu => {}
-        }
-        let devices = if self.options.devices.is_empty() { vec![device] } else { self.options.devices.clone() };
-        for &d in &devices {
-            if let Err(e) = GpuContext::get(d) {
-                return match self.options.backend {
-                    Backend::Gpu => Err(to_df_error(e)),
-                    _ => Ok((ScanBackend::Cpu, format!("cpu (auto: {e})"))),
-                };
-            }
-        }
-        if let Some(why) = gpu_unsupported(files, columns) {
-            if !self.options.gpu_fallback {
-                return Err(to_df_error(why));
-            }
-            info!("gpq scan decodes on the CPU: {why}");
-            return Ok((ScanBackend::Cpu, format!("cpu (gpu fallback: {why})")));
-        }
-        let io = gpq::io::resolve_path(&self.options.read.io)
-            .map(|(p, _)| p.name())
-            .unwrap_or("invalid");
-        let decompress = format!("{:?}", self.options.read.decompress).to_ascii_lowercase();
-        Ok((
-            ScanBackend::Gpu,
-            if self.options.devices.is_empty() {
-                format!("gpu (device={device}, io={io}, decompress={decompress})")
-            } else {
-                let list: Vec<String> = devices.iter().map(usize::to_string).collect();
-                format!("gpu (devices={}, io={io}, decompress={decompress})", list.join("+"))
-            },
-        ))
-    }
-
     /// Whether this table's scans may filter on the device: device filters
-    /// on, and a GPU backend (or automatic, with a CUDA device present).
+    /// on, and a GPU backend (or automatic, with a CUDA device present, or
+    /// planned for executors that decide).
     fn filters_on_device(&self) -> bool {
         self.options.device_filters
             && match self.options.backend {
                 Backend::Gpu => true,
-                Backend::Auto => device_available(),
+                Backend::Auto => self.for_executors || device_available(),
                 Backend::Cpu => false,
             }
     }
@@ -252,6 +230,59 @@ impl GpqTable {
     /// Whether the scan applies `filter` itself (it is reported `Exact`).
     fn applies_itself(&self, filter: &Expr) -> bool {
         self.filters_on_device() && !filter.is_volatile() && device_predicate(filter, &self.schema).is_some()
+    }
+}
+
+/// The backend a scan of `columns` of `files` with `options` runs with in
+/// this process, and how `EXPLAIN` names it: the CPU for `Backend::Cpu`;
+/// else the GPU where every device the options name can be used and can
+/// decode the columns; else the CPU where `Backend::Auto` (no usable
+/// device) or the GPU fallback (columns it cannot decode) allow, an error
+/// where not.
+pub(crate) fn resolve_backend(options: &GpqTableOptions, files: &[GpqFile], columns: &[usize]) -> Result<(ScanBackend, String)> {
+    let device = options.read.device;
+    match options.backend {
+        Backend::Cpu => return Ok((ScanBackend::Cpu, "cpu".into())),
+        Backend::Auto if !device_available() => {
+            return Ok((ScanBackend::Cpu, "cpu (auto: no CUDA device)".into()));
+        }
+        Backend::Auto | Backend::Gpu => {}
+    }
+    let devices = if options.devices.is_empty() { vec![device] } else { options.devices.clone() };
+    for &d in &devices {
+        if let Err(e) = GpuContext::get(d) {
+            return match options.backend {
+                Backend::Gpu => Err(to_df_error(e)),
+                _ => Ok((ScanBackend::Cpu, format!("cpu (auto: {e})"))),
+            };
+        }
+    }
+    if let Some(why) = gpu_unsupported(files, columns) {
+        if !options.gpu_fallback {
+            return Err(to_df_error(why));
+        }
+        info!("gpq scan decodes on the CPU: {why}");
+        return Ok((ScanBackend::Cpu, format!("cpu (gpu fallback: {why})")));
+    }
+    let io = gpq::io::resolve_path(&options.read.io).map(|(p, _)| p.name()).unwrap_or("invalid");
+    let decompress = format!("{:?}", options.read.decompress).to_ascii_lowercase();
+    Ok((
+        ScanBackend::Gpu,
+        if options.devices.is_empty() {
+            format!("gpu (device={device}, io={io}, decompress={decompress})")
+        } else {
+            let list: Vec<String> = devices.iter().map(usize::to_string).collect();
+            format!("gpu (devices={}, io={io}, decompress={decompress})", list.join("+"))
+        },
+    ))
+}
+
+/// The backend a scheduler records for a scan its executors will resolve
+/// (see [`GpqTable::planned_for_executors`]); nothing here is probed.
+fn planned_for_executors(options: &GpqTableOptions) -> (ScanBackend, String) {
+    match options.backend {
+        Backend::Cpu => (ScanBackend::Cpu, "cpu".into()),
+        b => (ScanBackend::Gpu, format!("{b} (resolved by each executor)")),
     }
 }
 
@@ -315,7 +346,11 @@ impl TableProvider for GpqTable {
         let read_schema = Arc::new(self.schema.project(&read_columns)?);
         let filter = ScanFilter::new(state, &own, &read_schema)?.map(Arc::new);
         let files = Arc::clone(&self.current()?.files);
-        let (backend, backend_note) = self.resolve_backend(&files, &read_columns)?;
+        let (backend, backend_note) = if self.for_executors {
+            planned_for_executors(&self.options)
+        } else {
+            resolve_backend(&self.options, &files, &read_columns)?
+        };
         let predicate = pushed_predicate(state, &self.schema, filters)?;
         // A limit prunes row groups only when there is no filter; it is the
         // scan's own when every filter is (it counts the rows they keep).

@@ -16,7 +16,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::physical_plan::{ExecutionPlan, collect, collect_partitioned, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq::{DecompressMode, IoPath, ReadOptions};
-use gpq_datafusion::{Backend, GpqScanExec, GpqTable, GpqTableOptions, register_gpq};
+use gpq_datafusion::{Backend, GpqScanExec, GpqTable, GpqTableOptions, ScanDevice, register_gpq};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
@@ -299,4 +299,59 @@ async fn corrupt_foreign_or_stale_bytes_are_errors() {
     std::fs::remove_file(path.join("part-0.parquet")).unwrap();
     fails("a file gone", GpqScanExec::from_bytes(&scan, &task));
     assert!(GpqTable::from_bytes(&table).is_err(), "a table of a missing file decoded");
+}
+
+/// A scheduler plans tables for executors elsewhere: without a GPU of its
+/// own it still makes the device-evaluable filters the scan's (`Exact`,
+/// no `FilterExec`), and each executor resolves the backend where it decodes
+/// the scan. On an executor without a GPU (`ScanDevice::Cpu`) the scan
+/// decodes on the CPU and applies those filters on the host: the answer is
+/// the one of a local scan. A table that must run on the GPU cannot be
+/// scanned there.
+#[tokio::test]
+async fn executors_resolve_the_backend_and_apply_planned_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = two_files(dir.path());
+    let local = context();
+    register_gpq(&local, "t", &path, cpu()).unwrap();
+    let scheduler = context();
+    let table = GpqTable::try_new(&path, GpqTableOptions::new()).unwrap().planned_for_executors();
+    assert!(table.is_planned_for_executors());
+    scheduler.register_table("t", Arc::new(table)).unwrap();
+
+    let sql = "select a, s from t where b > 5 and s = 's3' and a < 500";
+    let plan = scheduler.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+    let text = displayable(plan.as_ref()).indent(true).to_string();
+    assert!(!text.contains("FilterExec"), "the scan applies every filter itself:\n{text}");
+    assert!(text.contains("resolved by each executor"), "{text}");
+    let scans = gpq_scans(&plan);
+    let bytes = scans[0].downcast_ref::<GpqScanExec>().unwrap().to_bytes().unwrap();
+
+    let on_cpu = GpqScanExec::from_bytes_on(&bytes, &scheduler.task_ctx(), ScanDevice::Cpu).unwrap();
+    assert!(!on_cpu.uses_gpu());
+    assert_eq!(on_cpu.backend(), "cpu (this executor has no GPU)");
+    let decoded = Arc::new(on_cpu) as Arc<dyn ExecutionPlan>;
+    let swapped = plan
+        .transform_up(|node| {
+            Ok(if node.downcast_ref::<GpqScanExec>().is_some() { Transformed::yes(Arc::clone(&decoded)) } else { Transformed::no(node) })
+        })
+        .unwrap()
+        .data;
+    let actual = collect(swapped, scheduler.task_ctx()).await.unwrap();
+    let expected = local.sql(sql).await.unwrap().collect().await.unwrap();
+    assert!(expected.iter().map(RecordBatch::num_rows).sum::<usize>() > 0);
+    assert_eq!(sorted_rows(&actual), sorted_rows(&expected));
+
+    // As the options say: here that is the CPU unless a GPU is present.
+    let as_options = GpqScanExec::from_bytes_on(&bytes, &scheduler.task_ctx(), ScanDevice::AsOptions).unwrap();
+    assert_eq!(as_options.uses_gpu(), gpq::cuda::device_available(), "{}", as_options.backend());
+
+    // A table whose backend is gpu is refused by a CPU-only executor.
+    let gpu_only = context();
+    let table = GpqTable::try_new(&path, GpqTableOptions::new().with_backend(Backend::Gpu)).unwrap().planned_for_executors();
+    gpu_only.register_table("t", Arc::new(table)).unwrap();
+    let plan = gpu_only.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+    let bytes = gpq_scans(&plan)[0].downcast_ref::<GpqScanExec>().unwrap().to_bytes().unwrap();
+    let err = GpqScanExec::from_bytes_on(&bytes, &gpu_only.task_ctx(), ScanDevice::Cpu).unwrap_err().to_string();
+    assert!(err.contains("decodes on the CPU only"), "{err}");
 }
