@@ -325,6 +325,7 @@ stage_tpch_profile() {
   run no-filters-cpu-decompress GPQ_X=1 -- --no-device-filters --decompress cpu
   run no-filters-4-partitions GPQ_X=1 -- --no-device-filters --partitions 4
   run no-filters-pageable GPQ_PINNED_HOST_BYTES=0 -- --no-device-filters
+  run no-filters-io2 GPQ_IO_THREADS=2 -- --no-device-filters
   PROFILE_BACKEND=cpu run cpu-backend GPQ_X=1 --
   for cols in l_quantity,l_extendedprice,l_discount,l_shipdate l_returnflag,l_linestatus,l_quantity,l_extendedprice,l_discount,l_tax,l_shipdate; do
     gpq read "$d/lineitem.parquet" --columns "$cols" --repeat 5 > "$OUT/profile-read-$cols.log" 2>&1

@@ -16,7 +16,8 @@
 #   .device/df    the DataFusion crate's TPC-H test binary (and, with
 #                 DEVICE_DF_TESTS, .device/df2 with its other test binaries)
 #   .device/bench the CLI alone, for the benchmark stages (tpch-bench,
-#                 tpch-gpus, suite...): DEVICE_BUNDLES=bench builds only it
+#                 tpch-profile, suite...; tpch-gpus and ballista-gpus on the
+#                 nvidia-h200-x2 kind): DEVICE_BUNDLES=bench builds only it
 # DEVICE_BUNDLES (default core,df; or core, python, bench) picks the bundles;
 # other bundles already staged are kept.
 # SKIP_BENCHES=1 skips the criterion benches (a build of its own).

@@ -111,6 +111,9 @@ impl PinnedHostPool {
     /// page-locking fails (the caller then copies to pageable memory).
     fn lease(self: &Arc<Self>, len: usize) -> Option<SlabLease> {
         let want = len.div_ceil(SLAB_GRANULE).max(1) * SLAB_GRANULE;
+        // Slabs freed to make room; freeing pinned memory waits for the
+        // device, so they are dropped after the lock is released.
+        let mut freed: Vec<PinnedBuffer> = Vec::new();
         {
             let mut st = self.lock();
             let best = st.idle.iter().enumerate().filter(|(_, b)| b.len() >= len).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
@@ -122,13 +125,17 @@ impl PinnedHostPool {
             while st.allocated + want as u64 > self.capacity {
                 let Some(slab) = st.idle.pop() else { break };
                 st.allocated -= slab.len() as u64;
+                freed.push(slab);
             }
             if st.allocated + want as u64 > self.capacity {
                 debug!(len, capacity = self.capacity, allocated = st.allocated, "pinned host pool full, copying to pageable memory");
+                drop(st);
+                drop(freed);
                 return None;
             }
             st.allocated += want as u64;
         }
+        drop(freed);
         match PinnedBuffer::new(&self.ctx, want) {
             Ok(slab) => Some(SlabLease { slab: Some(slab), pool: Arc::clone(self) }),
             Err(e) => {

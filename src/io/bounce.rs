@@ -42,7 +42,7 @@ impl StagingSlot {
     }
 }
 
-type Pools = Mutex<HashMap<ContextKey, Vec<StagingSlot>>>;
+type Pools = Mutex<HashMap<ContextKey, SlotPool<StagingSlot>>>;
 
 /// Idle slots of every device, by context key.
 fn pools() -> &'static Pools {
@@ -52,32 +52,85 @@ fn pools() -> &'static Pools {
 
 /// Takes `n` slots of at least `size` bytes from the device's pool, creating what is missing.
 fn take_slots(ctx: &Arc<GpuContext>, n: usize, size: usize) -> Result<Vec<StagingSlot>> {
-    let mut pooled = {
+    let (mut pooled, stale) = {
         let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
         let key = ctx.key();
         // Slots of a lost (reset) context of this device are dead.
         pools.retain(|k, _| (k.0, k.1) != (key.0, key.1) || k.2 == key.2);
-        let pool = pools.entry(key).or_default();
-        pool.retain(|s| s.size() >= size);
-        let keep = pool.len().saturating_sub(n);
-        pool.split_off(keep)
+        pools.entry(key).or_default().take(n, |s| s.size() >= size)
     };
+    // Freeing pinned memory waits for the device: never under the lock.
+    drop(stale);
     while pooled.len() < n {
-        pooled.push(StagingSlot::new(ctx, size)?);
+        match StagingSlot::new(ctx, size) {
+            Ok(slot) => pooled.push(slot),
+            Err(e) => {
+                return_slots(ctx, pooled, n);
+                return Err(e);
+            }
+        }
     }
     Ok(pooled)
 }
 
-/// Idle slots kept per device: what two reads of the most IO threads use
-/// (reads that run at once, passes decoded ahead say, take more, and give
-/// the rest back to the system).
-const MAX_IDLE_SLOTS: usize = 32;
+/// Gives back the slots of a read that took `taken` (see [`SlotPool::give_back`]).
+fn return_slots(ctx: &GpuContext, slots: Vec<StagingSlot>, taken: usize) {
+    let excess = {
+        let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
+        pools.entry(ctx.key()).or_default().give_back(slots, taken)
+    };
+    drop(excess);
+}
 
-fn return_slots(ctx: &GpuContext, slots: Vec<StagingSlot>) {
-    let mut pools = pools().lock().unwrap_or_else(|p| p.into_inner());
-    let pool = pools.entry(ctx.key()).or_default();
-    let room = MAX_IDLE_SLOTS.saturating_sub(pool.len());
-    pool.extend(slots.into_iter().take(room));
+/// Idle slots a device keeps at least: what two reads of the most IO
+/// threads use.
+const MIN_IDLE_SLOTS: usize = 32;
+
+/// The idle slots of one device, and how many reads took at once.
+///
+/// A pool keeps as many idle slots as were ever in use at once (at least
+/// [`MIN_IDLE_SLOTS`]): reads that run together again (the partitions of a
+/// DataFusion scan, sixteen reads of sixteen IO threads each) find theirs
+/// waiting. Keeping fewer made every such scan page-lock and free hundreds
+/// of buffers again, and freeing pinned memory waits for the whole device.
+#[derive(Debug)]
+struct SlotPool<T> {
+    idle: Vec<T>,
+    /// Slots taken and not yet given back.
+    in_use: usize,
+    /// The most slots ever in use at once.
+    peak: usize,
+}
+
+impl<T> Default for SlotPool<T> {
+    fn default() -> Self {
+        SlotPool { idle: Vec::new(), in_use: 0, peak: 0 }
+    }
+}
+
+impl<T> SlotPool<T> {
+    /// Up to `n` idle slots that `fits` (fewer where the pool has fewer;
+    /// the caller creates the rest) and the idle slots that do not fit,
+    /// which leave the pool. Counts `n` slots in use.
+    fn take(&mut self, n: usize, fits: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
+        let (fit, stale): (Vec<T>, Vec<T>) = std::mem::take(&mut self.idle).into_iter().partition(|s| fits(s));
+        self.idle = fit;
+        let keep = self.idle.len().saturating_sub(n);
+        let taken = self.idle.split_off(keep);
+        self.in_use += n;
+        self.peak = self.peak.max(self.in_use);
+        (taken, stale)
+    }
+
+    /// Takes back `slots` of a read that counted `taken` in use; returns
+    /// those beyond what the pool keeps.
+    fn give_back(&mut self, mut slots: Vec<T>, taken: usize) -> Vec<T> {
+        self.in_use = self.in_use.saturating_sub(taken);
+        let room = self.peak.max(MIN_IDLE_SLOTS).saturating_sub(self.idle.len());
+        let excess = slots.split_off(slots.len().min(room));
+        self.idle.extend(slots);
+        excess
+    }
 }
 
 fn open(path: &Path, direct: bool) -> Result<File> {
@@ -137,7 +190,8 @@ pub(crate) fn read_jobs(
     let max_task = tasks.iter().map(|(_, t)| t.len).max().unwrap_or(0).max(task_size);
     let slot_size = max_task.div_ceil(IO_ALIGNMENT) * IO_ALIGNMENT;
     let file = open(path, direct)?;
-    let mut slots = take_slots(ctx, threads.min(tasks.len()).max(1), slot_size as usize)?;
+    let taken = threads.min(tasks.len()).max(1);
+    let mut slots = take_slots(ctx, taken, slot_size as usize)?;
     let progress = Progress {
         next: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
@@ -168,7 +222,7 @@ pub(crate) fn read_jobs(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| Err(Error::worker_panicked("bounce IO", p)))).collect()
     });
-    return_slots(ctx, slots);
+    return_slots(ctx, slots, taken);
     results.into_iter().collect::<Result<Vec<()>>>()?;
     Ok(progress.bytes.iter().map(|b| b.load(Ordering::Relaxed)).sum())
 }
@@ -248,5 +302,59 @@ fn worker(
             pending[1 - b] = None;
             progress.finish_task(earlier, jobs);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stands for a slot: its size.
+    #[derive(Debug, PartialEq)]
+    struct Slot(usize);
+
+    fn take(pool: &mut SlotPool<Slot>, n: usize, size: usize) -> Vec<Slot> {
+        let (mut got, _stale) = pool.take(n, |s| s.0 >= size);
+        while got.len() < n {
+            got.push(Slot(size));
+        }
+        got
+    }
+
+    #[test]
+    fn reads_at_once_find_their_slots_again() {
+        let mut pool = SlotPool::default();
+        // Sixteen reads of sixteen slots at once, twice over: the second
+        // time every slot is an idle one, none is created or dropped.
+        for round in 0..2 {
+            let reads: Vec<Vec<Slot>> = (0..16).map(|_| take(&mut pool, 16, 8)).collect();
+            if round == 1 {
+                assert!(pool.idle.is_empty(), "all 256 slots were idle and taken");
+            }
+            for r in reads {
+                assert!(pool.give_back(r, 16).is_empty(), "round {round}: slots dropped");
+            }
+            assert_eq!(pool.idle.len(), 256);
+            assert_eq!(pool.in_use, 0);
+        }
+        assert_eq!(pool.peak, 256);
+    }
+
+    #[test]
+    fn a_pool_keeps_at_least_two_reads_and_drops_what_does_not_fit() {
+        let mut pool = SlotPool::default();
+        // One read at a time never needs more than its own slots, but a
+        // pool keeps MIN_IDLE_SLOTS anyway; beyond that slots are dropped.
+        let r = take(&mut pool, 40, 8);
+        assert_eq!(pool.give_back(r, 40).len(), 0);
+        assert_eq!(pool.idle.len(), 40);
+        let (got, stale) = pool.take(4, |s| s.0 >= 16);
+        assert!(got.is_empty() && stale.len() == 40, "slots too small leave the pool");
+        assert_eq!(pool.give_back((0..4).map(|_| Slot(16)).collect(), 4).len(), 0);
+        // A read whose slot creation failed gives back what it had.
+        let (got, _) = pool.take(10, |s| s.0 >= 16);
+        assert_eq!(got.len(), 4);
+        assert_eq!(pool.give_back(got, 10).len(), 0);
+        assert_eq!(pool.in_use, 0);
     }
 }

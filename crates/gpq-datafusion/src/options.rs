@@ -93,8 +93,8 @@ pub struct GpqTableOptions {
     /// is then decoded in one read and filtered there. It pays where the
     /// survivors cluster (data sorted or grouped by a filter column); where
     /// they are spread over every row group, as in TPC-H, it decodes the
-    /// same pages in two reads instead of one, and measured slower on
-    /// every lineitem query at SF10 (BENCHMARKS.md section 12).
+    /// same pages in two reads instead of one, and measured slower on 14
+    /// of the 20 TPC-H queries timed at SF10 (BENCHMARKS.md section 12).
     pub late_materialization: bool,
     /// GPU backend: the devices a scan's partitions are spread over, round
     /// robin (partition `i` decodes on `devices[i % devices.len()]`); empty
