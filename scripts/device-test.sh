@@ -21,6 +21,7 @@
 # DEVICE_BUNDLES (default core,df; or core, python, bench) picks the bundles;
 # other bundles already staged are kept.
 # SKIP_BENCHES=1 skips the criterion benches (a build of its own).
+# CLI_FEATURES=datafusion builds the CLI without Ballista (stage ballista-gpus needs it).
 # run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,13 @@ rm -rf "$stage/bin" "$stage/lib" "$stage/data" "$stage/wheels"
 mkdir -p "$stage/bin" "$stage/lib"
 
 echo "== building release binaries"
-cargo build --release -p gpq-cli
+# CLI_FEATURES (e.g. "datafusion") builds the CLI with only those features
+# (without Ballista: a much shorter build when only the benchmarks are needed).
+if [ -n "${CLI_FEATURES:-}" ]; then
+  cargo build --release -p gpq-cli --no-default-features --features "$CLI_FEATURES"
+else
+  cargo build --release -p gpq-cli
+fi
 cargo build --release -p gpq-fuzz
 cargo build --release -p gpq --bin gpq-nvcomp-worker
 # DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
