@@ -71,5 +71,5 @@ pub use codec::{GpqLogicalCodec, GpqPhysicalCodec};
 pub use gpq_datafusion::ScanDevice;
 /// Ballista's settings of a `SessionConfig` (`new_with_ballista`, its codecs, standalone parallelism).
 pub use ballista::prelude::SessionConfigExt;
-pub use process::{DEFAULT_SCHEDULER_PORT, ExecutorOptions, default_device, run_executor, run_scheduler};
+pub use process::{DEFAULT_SCHEDULER_PORT, ExecutorOptions, default_device, devices_round_robin, run_executor, run_scheduler};
 pub use stage_scan::GpqSchedulerPlanner;

@@ -100,6 +100,15 @@ pub fn default_device() -> ScanDevice {
     if gpq::cuda::device_available() { ScanDevice::Gpu(0) } else { ScanDevice::Cpu }
 }
 
+/// Where `n` executors of one machine decode: its GPUs round robin where
+/// it has any, else the CPU (as `--cluster local:N` binds them).
+pub fn devices_round_robin(n: usize) -> Vec<ScanDevice> {
+    match gpq::cuda::device_count() {
+        Ok(gpus) if gpus > 0 && gpq::cuda::device_available() => (0..n).map(|i| ScanDevice::Gpu(i % gpus)).collect(),
+        _ => vec![ScanDevice::Cpu; n],
+    }
+}
+
 /// Serves a Ballista executor registered with the scheduler of `options`,
 /// its gpq scans decoding on `options.device`, until the process ends.
 pub async fn run_executor(options: ExecutorOptions) -> Result<()> {

@@ -33,7 +33,7 @@ use datafusion_proto::bytes::{
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExtensionCodec};
 use ballista_scheduler::state::task_builder::restrict_plan_to_partitions;
-use gpq_ballista::{GpqLogicalCodec, GpqPhysicalCodec, ScanDevice, remote_context, scheduler_state, start_standalone_cluster_on, with_gpq_codecs};
+use gpq_ballista::{GpqLogicalCodec, GpqPhysicalCodec, ScanDevice, devices_round_robin, remote_context, scheduler_state, start_standalone_cluster_on, with_gpq_codecs};
 use gpq_bench::tpch::queries::{self, TableSource};
 use gpq_bench::tpch::{GenOptions, Table, generate_table};
 use gpq_datafusion::{Backend, GpqScanExec, GpqTableOptions};
@@ -52,15 +52,6 @@ fn scale_factor() -> f64 {
 
 fn cpu() -> GpqTableOptions {
     GpqTableOptions::new().with_backend(Backend::Cpu)
-}
-
-/// Where `n` executors decode: one GPU each, round robin, where this
-/// machine has GPUs; else the CPU.
-fn executor_devices(n: usize) -> Vec<ScanDevice> {
-    match gpq::cuda::device_count() {
-        Ok(gpus) if gpus > 0 && gpq::cuda::device_available() => (0..n).map(|i| ScanDevice::Gpu(i % gpus)).collect(),
-        _ => vec![ScanDevice::Cpu; n],
-    }
 }
 
 /// TPC-H data at `sf`, generated once per scale factor into a directory of
@@ -143,7 +134,7 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
     );
     // A session state each: a cloned state shares its catalog.
     let state = || SessionStateBuilder::new().with_default_features().with_config(config.clone()).build();
-    let devices = executor_devices(2);
+    let devices = devices_round_robin(2);
     eprintln!("executors: {devices:?}");
     let url = start_standalone_cluster_on(&state(), &devices).await.unwrap();
     let cluster = remote_context(&url, state()).await.unwrap();

@@ -13,6 +13,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq_ballista::{DEFAULT_SCHEDULER_PORT, ExecutorOptions, ScanDevice, SessionConfigExt};
 use tokio::sync::OnceCell;
 
+use crate::sql::runtime;
+
 /// Arguments of `gpq scheduler`.
 #[derive(Args)]
 pub struct SchedulerArgs {
@@ -55,13 +57,6 @@ pub struct ExecutorArgs {
     /// Directory for shuffle files (default: a temporary one).
     #[arg(long)]
     pub work_dir: Option<String>,
-}
-
-fn runtime() -> gpq::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| gpq::Error::Internal(format!("cannot start a tokio runtime: {e}")))
 }
 
 fn served(what: &str, result: DfResult<()>) -> ExitCode {
@@ -149,7 +144,7 @@ pub async fn context(cluster: &str, config: SessionConfig) -> DfResult<SessionCo
         let state = SessionStateBuilder::new().with_default_features().with_config(gpq_ballista::with_gpq_codecs(ballista)).build();
         let url = LOCAL
             .get_or_try_init(|| async {
-                let devices = local_devices(n);
+                let devices = gpq_ballista::devices_round_robin(n);
                 eprintln!("cluster: a scheduler and {n} executors in this process ({devices:?})");
                 gpq_ballista::start_standalone_cluster_on(&state, &devices).await
             })
@@ -161,14 +156,6 @@ pub async fn context(cluster: &str, config: SessionConfig) -> DfResult<SessionCo
     }
     let state = SessionStateBuilder::new().with_default_features().with_config(ballista).build();
     gpq_ballista::remote_context(cluster, state).await
-}
-
-/// Where the `n` executors of `local:n` decode: GPUs round robin, else the CPU.
-fn local_devices(n: usize) -> Vec<ScanDevice> {
-    match gpq::cuda::device_count() {
-        Ok(gpus) if gpus > 0 && gpq::cuda::device_available() => (0..n).map(|i| ScanDevice::Gpu(i % gpus)).collect(),
-        _ => vec![ScanDevice::Cpu; n],
-    }
 }
 
 #[cfg(test)]

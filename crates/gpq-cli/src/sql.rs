@@ -154,7 +154,8 @@ fn parse_devices(arg: Option<&str>) -> gpq::Result<Vec<usize>> {
     }
 }
 
-fn runtime() -> gpq::Result<tokio::runtime::Runtime> {
+/// A multi-threaded tokio runtime for a command's async work.
+pub(crate) fn runtime() -> gpq::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
