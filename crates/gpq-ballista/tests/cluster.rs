@@ -16,8 +16,7 @@
 //! (by the gpq-datafusion TPC-H test too).
 
 use std::any::Any;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
@@ -35,8 +34,10 @@ use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExt
 use ballista_scheduler::state::task_builder::restrict_plan_to_partitions;
 use gpq_ballista::{GpqLogicalCodec, GpqPhysicalCodec, ScanDevice, devices_round_robin, remote_context, scheduler_state, start_standalone_cluster_on, with_gpq_codecs};
 use gpq_bench::tpch::queries::{self, TableSource};
-use gpq_bench::tpch::{GenOptions, Table, generate_table};
 use gpq_datafusion::{Backend, GpqScanExec, GpqTableOptions};
+
+mod common;
+use common::tpch_dir;
 
 /// The scale factor without `GPQ_BALLISTA_TPCH_SF`: SF 1, the issue's
 /// done-criterion (about 40 s on 2 cores in a debug build with optimised
@@ -52,37 +53,6 @@ fn scale_factor() -> f64 {
 
 fn cpu() -> GpqTableOptions {
     GpqTableOptions::new().with_backend(Backend::Cpu)
-}
-
-/// TPC-H data at `sf`, generated once per scale factor into a directory of
-/// its own that is then renamed into place (a process that finds the place
-/// taken keeps what is there).
-fn tpch_dir(sf: f64) -> PathBuf {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let dir = tmp.join(format!("gpq-tpch-sf{sf}"));
-    if dir.join(".complete").exists() {
-        return dir;
-    }
-    let t0 = Instant::now();
-    let work = tmp.join(format!("gpq-tpch-sf{sf}.{}.ballista.tmp", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    let options = GenOptions { scale_factor: sf, ..Default::default() };
-    for t in Table::ALL {
-        generate_table(t, &work, &options, &|_| {}).unwrap();
-    }
-    std::fs::write(work.join(".complete"), b"").unwrap();
-    if std::fs::rename(&work, &dir).is_err() {
-        if dir.join(".complete").exists() {
-            std::fs::remove_dir_all(&work).unwrap();
-        } else {
-            std::fs::remove_dir_all(&dir).unwrap();
-            std::fs::rename(&work, &dir).unwrap();
-        }
-    }
-    eprintln!("generated TPC-H SF {sf} in {:.1} s into {}", t0.elapsed().as_secs_f64(), dir.display());
-    dir
 }
 
 /// Same rows: the same text, or (ties under ORDER BY) the same rows in another order.

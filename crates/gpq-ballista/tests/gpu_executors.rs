@@ -11,7 +11,6 @@
 //! emulator: five queries at SF 0.01.
 
 use std::any::Any;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -21,9 +20,11 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq_ballista::{GpqPhysicalCodec, ScanDevice, SessionConfigExt, remote_context, start_standalone_cluster_on, with_gpq_codecs};
 use gpq_bench::tpch::queries::{self, TableSource};
-use gpq_bench::tpch::{GenOptions, Table, generate_table};
 use gpq_datafusion::GpqTableOptions;
 use libtest_mimic::{Arguments, Trial};
+
+mod common;
+use common::tpch_dir;
 
 const PARTITIONS: usize = 4;
 
@@ -47,27 +48,6 @@ fn run(emulated: bool) -> Result<(), libtest_mimic::Failed> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(tpch_on_gpu_executors(emulated));
     Ok(())
-}
-
-/// TPC-H data at `sf`, generated once per scale factor (shared with the
-/// other tests of the workspace that use the same directory name).
-fn tpch_dir(sf: f64) -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let dir = tmp.join(format!("gpq-tpch-sf{sf}"));
-    if dir.join(".complete").exists() {
-        return dir;
-    }
-    let work = tmp.join(format!("gpq-tpch-sf{sf}.{}.gpu-executors.tmp", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    let options = GenOptions { scale_factor: sf, ..Default::default() };
-    for t in Table::ALL {
-        generate_table(t, &work, &options, &|_| {}).unwrap();
-    }
-    std::fs::write(work.join(".complete"), b"").unwrap();
-    if std::fs::rename(&work, &dir).is_err() {
-        std::fs::remove_dir_all(&work).unwrap();
-    }
-    dir
 }
 
 fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
