@@ -11,7 +11,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
@@ -21,7 +21,6 @@ use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use gpq_bench::tpch::queries::{self, TableSource};
-use gpq_bench::tpch::{GenOptions, Table, generate_table};
 use gpq_datafusion::{Backend, GpqScanExec, GpqTable, GpqTableOptions, register_gpq};
 use libtest_mimic::{Arguments, Trial};
 use parquet::arrow::ArrowWriter;
@@ -85,37 +84,12 @@ fn cpu() -> GpqTableOptions {
     GpqTableOptions::new().with_backend(Backend::Cpu)
 }
 
-/// TPC-H data at `sf`, generated once per scale factor and reused by later
-/// runs and by tests running at the same time: one generator at a time per
-/// process, each into a directory of its own that is then renamed into
-/// place; a process that finds the place taken keeps what is there.
+/// TPC-H data at `sf`, generated once per scale factor (see
+/// `gpq_bench::tpch::generate_once`).
 fn tpch_dir(sf: f64) -> PathBuf {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let dir = tmp.join(format!("gpq-tpch-sf{sf}"));
-    if dir.join(".complete").exists() {
-        return dir;
-    }
     let t0 = Instant::now();
-    let work = tmp.join(format!("gpq-tpch-sf{sf}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    let options = GenOptions { scale_factor: sf, ..Default::default() };
-    for t in Table::ALL {
-        generate_table(t, &work, &options, &|_| {}).unwrap();
-    }
-    std::fs::write(work.join(".complete"), b"").unwrap();
-    if std::fs::rename(&work, &dir).is_err() {
-        if dir.join(".complete").exists() {
-            // Another process published it first.
-            std::fs::remove_dir_all(&work).unwrap();
-        } else {
-            // An incomplete copy from an interrupted run is in the way.
-            std::fs::remove_dir_all(&dir).unwrap();
-            std::fs::rename(&work, &dir).unwrap();
-        }
-    }
-    eprintln!("generated TPC-H SF {sf} in {:.1} s into {}", t0.elapsed().as_secs_f64(), dir.display());
+    let dir = gpq_bench::tpch::generate_once(Path::new(env!("CARGO_TARGET_TMPDIR")), sf).unwrap();
+    eprintln!("TPC-H SF {sf} ready in {:.1} s at {}", t0.elapsed().as_secs_f64(), dir.display());
     dir
 }
 

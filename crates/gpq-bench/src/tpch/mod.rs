@@ -342,6 +342,43 @@ pub fn generate_table(
     Ok(path)
 }
 
+/// The eight tables at `sf` (default options) in `root/gpq-tpch-sf<sf>`,
+/// generated once and reused: by later calls, later runs, and processes
+/// running at the same time. One generator at a time per process, each
+/// into a directory of its own that is then renamed into place; a process
+/// that finds the place taken keeps what is there. For tests and
+/// benchmarks that share generated data.
+pub fn generate_once(root: &Path, sf: f64) -> Result<PathBuf> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = root.join(format!("gpq-tpch-sf{sf}"));
+    if dir.join(".complete").exists() {
+        return Ok(dir);
+    }
+    let io = |file: &Path| {
+        let file = file.to_path_buf();
+        move |source| Error::Open { file, source }
+    };
+    let work = root.join(format!("gpq-tpch-sf{sf}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let options = GenOptions { scale_factor: sf, ..Default::default() };
+    for t in Table::ALL {
+        generate_table(t, &work, &options, &|_| {})?;
+    }
+    std::fs::write(work.join(".complete"), b"").map_err(io(&work))?;
+    if std::fs::rename(&work, &dir).is_err() {
+        if dir.join(".complete").exists() {
+            // Another process published it first.
+            std::fs::remove_dir_all(&work).map_err(io(&work))?;
+        } else {
+            // An incomplete copy from an interrupted run is in the way.
+            std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+            std::fs::rename(&work, &dir).map_err(io(&dir))?;
+        }
+    }
+    Ok(dir)
+}
+
 /// Generates `table` as `files` files (`dir/<table>/part-00000.parquet`, ...),
 /// each a run of consecutive parts (row groups), the table's rows in order
 /// across them: a directory of many files for reading as one table. Returns
