@@ -50,6 +50,11 @@ pub struct EngineArgs {
     /// columns only where rows survive them (pays where survivors cluster).
     #[arg(long)]
     pub late_materialization: bool,
+    /// GPU backend: cut each partition's reads into at least this many passes
+    /// of 8 MiB or more, so that DataFusion works on one while the device
+    /// decodes the next (1: passes of up to 64 MiB, however few).
+    #[arg(long, default_value_t = gpq_datafusion::DEFAULT_GPU_MIN_PASSES)]
+    pub min_passes: u64,
     /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
     /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
     #[arg(long)]
@@ -125,6 +130,7 @@ impl EngineArgs {
             .with_page_index(!self.no_page_index)
             .with_device_filters(!self.no_device_filters)
             .with_late_materialization(self.late_materialization)
+            .with_gpu_min_passes(self.min_passes)
             .with_devices(parse_devices(self.devices.as_deref())?))
     }
 

@@ -129,6 +129,26 @@ impl RunSpans {
     }
 }
 
+/// Smallest pass [`pass_bytes`] makes, whatever the run's size: below this a
+/// pass's fixed cost outweighs the overlap it buys.
+pub(crate) const MIN_PASS_BYTES: u64 = 8 << 20;
+
+/// Projected compressed bytes per pass of the reader of `units`: `max`
+/// (the table's [`gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes))
+/// at most, but small enough that the run takes `passes` (the table's
+/// [`gpu_min_passes`](crate::GpqTableOptions::gpu_min_passes)), none under
+/// [`MIN_PASS_BYTES`].
+///
+/// A partition of one pass cannot overlap anything: the device decodes,
+/// filters and copies all of it while DataFusion waits, and then DataFusion
+/// works while the device idles. TPC-H SF10 q1 reads 39 MiB per partition
+/// at 16 partitions, one 64 MiB pass each before this; in passes of about
+/// 10 MiB the consumer aggregates one while the device decodes the next.
+pub(crate) fn pass_bytes(max: u64, passes: u64, units: &[ScanUnit]) -> u64 {
+    let run: u64 = units.iter().fold(0u64, |acc, u| acc.saturating_add(u.bytes));
+    run.div_ceil(passes.max(1)).max(MIN_PASS_BYTES).min(max.max(1))
+}
+
 /// Compressed bytes below which a row group is not cut to its rows (see
 /// [`RunSpans::new`]): half a pass.
 pub(crate) fn min_cut_bytes(scan: &PartitionScan) -> u64 {
@@ -228,7 +248,7 @@ pub(crate) fn reader(
         .with_row_groups(units.iter().map(|u| u.row_group));
     let mut builder = DeviceReaderBuilder::new_with_footer(&file.path, file.footer.clone())
         .with_options(options)
-        .with_pass_bytes(scan.options.gpu_read_bytes)
+        .with_pass_bytes(pass_bytes(scan.options.gpu_read_bytes, scan.options.gpu_min_passes, units))
         .with_decode_ahead(DECODE_AHEAD);
     if let Some(selection) = selection {
         builder = builder.with_row_selection(selection.clone());
@@ -287,6 +307,24 @@ mod tests {
     fn values(pieces: &[RecordBatch]) -> Vec<i32> {
         use arrow::array::Int32Array;
         pieces.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int32Array>().unwrap().values().to_vec()).collect()
+    }
+
+    #[test]
+    fn runs_take_several_passes_where_their_bytes_allow() {
+        const MIB: u64 = 1 << 20;
+        let run = |mib: &[u64]| mib.iter().map(|&m| unit(m * MIB)).collect::<Vec<_>>();
+        // TPC-H SF10 q1 at 16 partitions: 39 MiB a partition, four passes.
+        assert_eq!(pass_bytes(64 * MIB, 4, &run(&[13, 13, 13])), (39 * MIB).div_ceil(4));
+        // One pass asked for: the whole run in one, as before passes were cut.
+        assert_eq!(pass_bytes(64 * MIB, 1, &run(&[13, 13, 13])), 39 * MIB);
+        assert_eq!(pass_bytes(64 * MIB, 1, &run(&[60, 60])), 64 * MIB);
+        // Small runs: no pass under the floor (one pass for the whole run).
+        assert_eq!(pass_bytes(64 * MIB, 4, &run(&[3, 3])), MIN_PASS_BYTES);
+        // Large runs: the table's pass size.
+        assert_eq!(pass_bytes(64 * MIB, 4, &run(&[600, 600])), 64 * MIB);
+        // A table asking for smaller passes than the floor gets them.
+        assert_eq!(pass_bytes(MIB, 4, &run(&[40])), MIB);
+        assert_eq!(pass_bytes(0, 0, &run(&[40])), 1);
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! batches copied to the host through pinned memory
 //! ([`gpq::DeviceTable::to_record_batch_staged`]).
 //!
-//! The reader cuts the run into passes of whole row groups of about
+//! The reader cuts the run into passes of whole row groups of at most
 //! [`GpqTableOptions::gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes)
-//! of projected compressed bytes and reads the next pass while the device
-//! decodes the current one. With the page index's row selections it reads
+//! of projected compressed bytes, at least
+//! [`gpu_min_passes`](crate::GpqTableOptions::gpu_min_passes) of them where
+//! the run is large enough, and reads the next pass while the device
+//! decodes the current one and DataFusion consumes the one before. With the page index's row selections it reads
 //! and decodes, of a row group, only the pages of its span (its first to
 //! its last selected row), cut on the device, where the rows cut away hold
 //! at least half a pass of compressed bytes; pages before and after the

@@ -36,9 +36,12 @@
 //!
 //! - [`Backend::Gpu`]: each partition reads its row groups of each file with
 //!   gpq's batch reader ([`gpq::DeviceReaderBuilder`]) on a blocking thread
-//!   while the previous batches are consumed, in passes of about
-//!   [`GpqTableOptions::gpu_read_bytes`] (the next pass read while the device
-//!   decodes one), then copies each batch to the host. Of each row group it
+//!   while the previous batches are consumed, in passes of at most
+//!   [`GpqTableOptions::gpu_read_bytes`], and at least
+//!   [`GpqTableOptions::gpu_min_passes`] of them where the partition is large
+//!   enough (the next pass read while the device decodes one, and decoded
+//!   while DataFusion works on the one before), then copies each batch to
+//!   the host. Of each row group it
 //!   reads only the pages of the span the page index selects (first to last
 //!   selected row); rows between the selected runs of a span are cut on the
 //!   host.
@@ -116,7 +119,7 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 
 pub use exec::GpqScanExec;
-pub use options::{Backend, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
+pub use options::{Backend, DEFAULT_GPU_MIN_PASSES, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
 pub use remote::ScanDevice;
 pub use table::GpqTable;
 pub use units::PruningSummary;

@@ -55,6 +55,9 @@ impl FromStr for Backend {
 /// Default compressed bytes of projected column chunks one device read covers.
 pub const DEFAULT_GPU_READ_BYTES: u64 = 64 << 20;
 
+/// Default of [`GpqTableOptions::gpu_min_passes`].
+pub const DEFAULT_GPU_MIN_PASSES: u64 = 4;
+
 /// Options of a [`GpqTable`](super::GpqTable).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpqTableOptions {
@@ -70,6 +73,12 @@ pub struct GpqTableOptions {
     /// compressed bytes (at least one row group per pass), the next pass
     /// read while the device decodes the current one.
     pub gpu_read_bytes: u64,
+    /// GPU backend: passes a run of a partition's row groups is cut into at
+    /// least (default 4), where that leaves passes of 8 MiB or more of
+    /// projected compressed bytes, so that DataFusion works on one pass's
+    /// batches while the device decodes the next; `1` reads passes of
+    /// [`gpu_read_bytes`](Self::gpu_read_bytes) whatever the run's size.
+    pub gpu_min_passes: u64,
     /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
     /// encodings the kernels lack), logged and counted in the
     /// `gpu_fallback_row_groups` metric; when false such a scan fails with
@@ -127,6 +136,7 @@ impl Default for GpqTableOptions {
             read: ReadOptions::default(),
             page_index: true,
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
+            gpu_min_passes: DEFAULT_GPU_MIN_PASSES,
             gpu_fallback: true,
             device_filters: true,
             late_materialization: false,
@@ -166,6 +176,13 @@ impl GpqTableOptions {
     /// Sets the projected compressed bytes per pass of a device read.
     pub fn with_gpu_read_bytes(mut self, bytes: u64) -> Self {
         self.gpu_read_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets the passes a partition's run of row groups is cut into at least
+    /// (see [`GpqTableOptions::gpu_min_passes`]).
+    pub fn with_gpu_min_passes(mut self, passes: u64) -> Self {
+        self.gpu_min_passes = passes.max(1);
         self
     }
 

@@ -665,6 +665,8 @@ struct OptionsSpec {
     read: ReadSpec,
     page_index: bool,
     gpu_read_bytes: u64,
+    #[serde(default = "default_min_passes")]
+    gpu_min_passes: u64,
     gpu_fallback: bool,
     device_filters: bool,
     late_materialization: bool,
@@ -681,6 +683,7 @@ impl From<&GpqTableOptions> for OptionsSpec {
             read,
             page_index,
             gpu_read_bytes,
+            gpu_min_passes,
             gpu_fallback,
             device_filters,
             late_materialization,
@@ -694,6 +697,7 @@ impl From<&GpqTableOptions> for OptionsSpec {
             read: ReadSpec::from(read),
             page_index: *page_index,
             gpu_read_bytes: *gpu_read_bytes,
+            gpu_min_passes: *gpu_min_passes,
             gpu_fallback: *gpu_fallback,
             device_filters: *device_filters,
             late_materialization: *late_materialization,
@@ -712,6 +716,7 @@ impl From<OptionsSpec> for GpqTableOptions {
             read,
             page_index,
             gpu_read_bytes,
+            gpu_min_passes,
             gpu_fallback,
             device_filters,
             late_materialization,
@@ -725,6 +730,7 @@ impl From<OptionsSpec> for GpqTableOptions {
             read: read.into(),
             page_index,
             gpu_read_bytes,
+            gpu_min_passes,
             gpu_fallback,
             device_filters,
             late_materialization,
@@ -734,6 +740,11 @@ impl From<OptionsSpec> for GpqTableOptions {
             inject_gpu_context_loss_after,
         }
     }
+}
+
+/// What a plan serialized before `gpu_min_passes` existed gets.
+fn default_min_passes() -> u64 {
+    crate::options::DEFAULT_GPU_MIN_PASSES
 }
 
 /// [`Backend`], serialized.

@@ -69,6 +69,10 @@ pub(crate) struct PartitionMetrics {
     pub host_filter_rows_in: Count,
     /// Rows the host filters kept.
     pub host_filter_rows_out: Count,
+    /// Time the reader waited for DataFusion to take its previous batches:
+    /// where it is most of the scan's time, the query's operators above the
+    /// scan are the bottleneck, not the decoding.
+    pub send_wait_time: Time,
 }
 
 impl PartitionMetrics {
@@ -95,6 +99,7 @@ impl PartitionMetrics {
             late_rows_skipped: count("late_rows_skipped"),
             host_filter_rows_in: count("host_filter_rows_in"),
             host_filter_rows_out: count("host_filter_rows_out"),
+            send_wait_time: time("send_wait_time"),
         }
     }
 }
@@ -195,16 +200,20 @@ pub(crate) struct Sink {
     rows: usize,
     limit: Option<usize>,
     closed: bool,
+    /// Time spent blocked on a full channel.
+    wait: Time,
 }
 
 impl Sink {
-    /// A sink that sends into `tx` and wants at most `limit` rows.
-    pub fn new(tx: mpsc::Sender<Result<Message>>, limit: Option<usize>) -> Sink {
+    /// A sink that sends into `tx`, wants at most `limit` rows, and adds
+    /// the time it waits for room in the channel to `wait`.
+    pub fn new(tx: mpsc::Sender<Result<Message>>, limit: Option<usize>, wait: Time) -> Sink {
         Sink {
             tx,
             rows: 0,
             limit,
             closed: false,
+            wait,
         }
     }
 
@@ -220,6 +229,7 @@ impl Sink {
                 .map(RecordBatch::num_rows)
                 .fold(0usize, usize::saturating_add);
             self.rows = self.rows.saturating_add(rows);
+            let _waiting = self.wait.timer();
             if self
                 .tx
                 .blocking_send(Ok(Message::Batches(batches)))

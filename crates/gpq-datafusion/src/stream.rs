@@ -84,7 +84,7 @@ pub(crate) fn execute(
 
 fn spawn_producer(scan: PartitionScan, tx: mpsc::Sender<Result<Message>>) -> Result<()> {
     let job = move || {
-        let mut sink = Sink::new(tx.clone(), scan.limit);
+        let mut sink = Sink::new(tx.clone(), scan.limit, scan.metrics.send_wait_time.clone());
         let outcome = catch_unwind(AssertUnwindSafe(|| scan.decoder.produce(&scan, &mut sink)));
         let last = match outcome {
             Ok(Ok(())) => Ok(Message::Done),
