@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "large_pages_go_to_the_cpu_by_default", large_pages_go_to_the_cpu_by_default),
         gpu_trial(&device, "projections_and_row_groups", projections_and_row_groups),
         gpu_trial(&device, "pinned_copies_return_and_reuse_their_slab", pinned_copies_return_and_reuse_their_slab),
+        gpu_trial(&device, "staged_copies_in_chunks_match_whole_copies", staged_copies_in_chunks_match_whole_copies),
         gpu_trial(&device, "empty_and_single_row_files", empty_and_single_row_files),
         gpu_trial(&device, "tpch_tables_match", tpch_tables_match),
         gpu_trial(&device, "parquet_testing_files", parquet_testing_files),
@@ -540,6 +541,67 @@ fn pinned_copies_return_and_reuse_their_slab(ctx: &Arc<GpuContext>) {
     assert!(!pinned);
     assert_eq!(full.allocated(), 0);
     assert_batches_equal(&path, &expected, &third);
+}
+
+/// `into_staged_batches`: the chunks, put back together, are the whole
+/// copy, for every chunk size, for columns sliced on the device (a row
+/// window's cut pages give them offsets), for string views, and without
+/// pinned memory; the slab goes back to the pool however early the chunks
+/// are dropped.
+fn staged_copies_in_chunks_match_whole_copies(ctx: &Arc<GpuContext>) {
+    use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+    let dir = tempfile::tempdir().unwrap();
+    let rows = matrix_rows(ctx);
+    let path = write_variant(dir.path(), rows, &Variant { codec: Compression::SNAPPY, v2: false, dictionary: true, tiny_pages: true, nested: false });
+    let expected = arrow_rs(&path).unwrap();
+    let pool = PinnedHostPool::with_capacity(ctx, 1 << 30);
+    let staged = |table: gpq::DeviceTable, pool: &Arc<PinnedHostPool>, chunk: usize| -> (RecordBatch, usize, bool) {
+        let staged = table.into_staged_batches_in(pool, chunk).unwrap();
+        let (chunks, pinned) = (staged.chunks(), staged.pinned());
+        let batches: Vec<RecordBatch> = staged.map(Result::unwrap).collect();
+        assert_eq!(batches.len(), chunks);
+        let schema = batches[0].schema();
+        (arrow::compute::concat_batches(&schema, &batches).unwrap(), chunks, pinned)
+    };
+    for chunk in [1, 7, 64, rows - 1, rows, 10 * rows] {
+        let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+        let (got, chunks, pinned) = staged(table, &pool, chunk);
+        assert!(pinned);
+        assert_eq!(chunks, rows.div_ceil(chunk), "chunks of {chunk} rows");
+        assert_batches_equal(&path, &expected, &got);
+    }
+    // A row window: columns cut on the device, each at its own offset.
+    let (start, len) = (rows / 3 + 5, rows / 3);
+    let selection = RowSelection::from(vec![RowSelector::skip(start), RowSelector::select(len), RowSelector::skip(rows - start - len)]);
+    let mut reader = gpq::DeviceReaderBuilder::try_new(&path).unwrap().with_row_selection(selection).build().unwrap();
+    let table = reader.next().unwrap().unwrap();
+    assert!(reader.next().is_none());
+    assert!(table.columns().iter().any(|c| c.offset() > 0), "the window cuts pages on the device");
+    let (got, _, _) = staged(table, &pool, 33);
+    assert_batches_equal(&path, &expected.slice(start, len), &got);
+    // String views built on the device.
+    let table = read_parquet_to_device(&path, &ReadOptions::new().with_string_views(true)).unwrap();
+    let whole = table.to_record_batch().unwrap();
+    assert!(whole.schema().fields().iter().any(|f| f.data_type() == &DataType::Utf8View));
+    let (got, _, _) = staged(table, &pool, 50);
+    assert_batches_equal(&path, &whole, &got);
+    // No pinned memory: one batch, copied to pageable memory.
+    let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    let (got, chunks, pinned) = staged(table, &PinnedHostPool::with_capacity(ctx, 0), 10);
+    assert_eq!((chunks, pinned), (1, false));
+    assert_batches_equal(&path, &expected, &got);
+    // Dropped after one chunk: the queued copies are waited for, and the
+    // slab goes back once the chunk handed out is dropped too.
+    let pool = PinnedHostPool::with_capacity(ctx, 1 << 30);
+    let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    let mut staged = table.into_staged_batches_in(&pool, 10).unwrap();
+    let first = staged.next().unwrap().unwrap();
+    drop(staged);
+    assert_batches_equal(&path, &expected.slice(0, 10), &first);
+    assert_eq!(pool.idle(), 0, "the chunk handed out holds the slab");
+    drop(first);
+    assert!(pool.allocated() > 0);
+    assert_eq!(pool.idle(), pool.allocated(), "the slab is back in the pool");
 }
 
 fn empty_and_single_row_files(_ctx: &Arc<GpuContext>) {

@@ -34,7 +34,7 @@ mod pinned;
 
 pub use c_device::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, device_stream};
 pub use dlpack::{ColumnBuffer, DeviceTensor};
-pub use pinned::PinnedHostPool;
+pub use pinned::{PinnedHostPool, StagedBatches};
 
 /// One column in device memory, in Arrow layout.
 #[derive(Debug)]
@@ -300,7 +300,11 @@ impl DeviceColumn {
     /// Builds the arrow-rs array from host copies of the device buffers and
     /// casts it to the field's type where that differs.
     pub(crate) fn assemble(&self, buffers: HostBuffers) -> Result<ArrayRef> {
-        let array = make_array(self.leaf_data(buffers)?);
+        self.in_field_type(make_array(self.leaf_data(buffers)?))
+    }
+
+    /// `array` (in the device type) cast to the field's type where that differs.
+    pub(crate) fn in_field_type(&self, array: ArrayRef) -> Result<ArrayRef> {
         if array.data_type() == self.field.data_type() {
             Ok(array)
         } else {
@@ -325,20 +329,28 @@ impl DeviceColumn {
         }
         builder = builder.add_buffer(b.values);
         if let Some(data) = b.view_data {
-            // Overlapping slices of the characters (see `view_data`).
-            let (step, longest) = (1usize << VIEW_BUFFER_SHIFT, 1usize << (VIEW_BUFFER_SHIFT + 1));
-            let mut start = 0;
-            while start < data.len() {
-                builder = builder.add_buffer(data.slice_with_length(start, longest.min(data.len() - start)));
-                start += step;
-            }
+            builder = builder.add_buffers(view_data_buffers(&data));
         }
         Ok(builder.build()?)
     }
 }
 
+/// The data buffers of a view array over `data`, a column's characters:
+/// overlapping slices of it, as the device's views index them (see
+/// `DeviceColumn::view_data`).
+pub(crate) fn view_data_buffers(data: &Buffer) -> Vec<Buffer> {
+    let (step, longest) = (1usize << VIEW_BUFFER_SHIFT, 1usize << (VIEW_BUFFER_SHIFT + 1));
+    let mut buffers = Vec::new();
+    let mut start = 0;
+    while start < data.len() {
+        buffers.push(data.slice_with_length(start, longest.min(data.len() - start)));
+        start += step;
+    }
+    buffers
+}
+
 /// Host copies of a leaf column's device buffers.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct HostBuffers {
     /// The validity bitmap, when the column has nulls.
     pub validity: Option<Buffer>,

@@ -15,19 +15,28 @@
 //! off); when a table does not fit, or page-locking fails, the copy goes to
 //! pageable memory as [`DeviceTable::to_record_batch`] does, and the
 //! fallback is logged.
+//!
+//! [`DeviceTable::into_staged_batches`] queues the same copies in chunks of
+//! rows, an event after each, and hands out each chunk's batch as soon as
+//! its bytes have landed, so a consumer works on the first rows while the
+//! rest are still crossing the bus. The columns' per-row buffers (fixed-width
+//! values, string views) are copied chunk by chunk; the rest (validity
+//! bitmaps, string offsets and characters, booleans), which every chunk
+//! may index anywhere, go whole with the first chunk.
 
 use std::collections::HashMap;
 use std::panic::RefUnwindSafe;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow::array::{RecordBatch, RecordBatchOptions};
-use arrow::buffer::Buffer;
+use arrow::array::{ArrayData, ArrayRef, RecordBatch, RecordBatchOptions, make_array};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::datatypes::DataType;
 use tracing::{debug, warn};
 
-use super::{DeviceColumn, DeviceTable, HostBuffers};
+use super::{DeviceColumn, DeviceTable, HostBuffers, HostLengths, view_data_buffers};
 use crate::error::Result;
-use crate::cuda::{ContextKey, GpuContext, GpuStream, PinnedBuffer};
+use crate::cuda::{ContextKey, GpuContext, GpuEvent, GpuStream, PinnedBuffer};
 
 /// Slabs are sized in multiples of this, so tables of similar size share them.
 const SLAB_GRANULE: usize = 32 << 20;
@@ -168,9 +177,32 @@ impl Drop for SlabLease {
 }
 
 /// Where one device buffer lands in the slab.
+#[derive(Debug, Clone, Copy)]
 struct Placement {
     offset: usize,
     len: usize,
+}
+
+/// Where a column's buffers land in the slab: validity, offsets, values, view data.
+type ColumnPlacement = (Option<Placement>, Option<Placement>, Placement, Option<Placement>);
+
+impl DeviceTable {
+    /// Where each column's buffers go in one slab (each aligned for
+    /// arrow-rs), and the slab's size.
+    fn slab_layout(&self) -> (Vec<ColumnPlacement>, usize) {
+        let lengths: Vec<HostLengths> = self.columns.iter().map(|c| c.host_lengths()).collect();
+        let mut total = 0usize;
+        let mut place = |len: usize| {
+            let p = Placement { offset: total, len };
+            total += len.div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
+            p
+        };
+        let placements = lengths
+            .iter()
+            .map(|l| (l.validity.map(&mut place), l.offsets.map(&mut place), place(l.values), l.view_data.map(&mut place)))
+            .collect();
+        (placements, total)
+    }
 }
 
 impl DeviceTable {
@@ -198,18 +230,7 @@ impl DeviceTable {
         if self.columns.iter().any(DeviceColumn::is_nested) {
             return Ok((self.to_record_batch()?, false));
         }
-        let lengths: Vec<_> = self.columns.iter().map(|c| c.host_lengths()).collect();
-        let mut total = 0usize;
-        let mut place = |len: usize| {
-            let p = Placement { offset: total, len };
-            total += len.div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
-            p
-        };
-        // Per column: validity, offsets, values, view data.
-        let placements: Vec<(Option<Placement>, Option<Placement>, Placement, Option<Placement>)> = lengths
-            .iter()
-            .map(|l| (l.validity.map(&mut place), l.offsets.map(&mut place), place(l.values), l.view_data.map(&mut place)))
-            .collect();
+        let (placements, total) = self.slab_layout();
         if total == 0 {
             return Ok((self.to_record_batch()?, false));
         }
@@ -273,4 +294,290 @@ impl DeviceTable {
         let options = RecordBatchOptions::new().with_row_count(Some(self.num_rows));
         Ok((RecordBatch::try_new_with_options(Arc::clone(&self.schema), arrays, &options)?, true))
     }
+}
+
+/// Bytes per row of a column's values buffer, where the values are one
+/// fixed-size slot per row (fixed-width types and string views); `None`
+/// for bit-packed values, strings and binary with offsets, and null columns.
+fn row_width(column: &DeviceColumn) -> Option<usize> {
+    match &column.device_type {
+        DataType::Null | DataType::Boolean => None,
+        DataType::Utf8View | DataType::BinaryView => Some(16),
+        DataType::FixedSizeBinary(w) => usize::try_from(*w).ok(),
+        t => t.primitive_width(),
+    }
+}
+
+/// A table's copy to the host through a pinned slab, in chunks of rows,
+/// handed out as each chunk lands (see the module docs and
+/// [`DeviceTable::into_staged_batches`]). Iterating yields one batch per
+/// chunk, in order; the table's device buffers are released once every
+/// copy is done. Dropping it early waits for the copies already queued.
+pub struct StagedBatches {
+    /// The table, kept until its copies are done.
+    table: Option<DeviceTable>,
+    state: Staged,
+}
+
+enum Staged {
+    /// Copies queued into one slab; chunk `k` is rows `bounds[k]..bounds[k + 1]`.
+    Pinned {
+        lease: Arc<SlabLease>,
+        /// Per column, its buffers in the slab (`None` for nested columns,
+        /// which never get here).
+        columns: Vec<HostBuffers>,
+        bounds: Vec<usize>,
+        /// Per chunk, the events recorded after its copies.
+        events: Vec<Vec<GpuEvent>>,
+        next: usize,
+    },
+    /// The table copied at once (nested columns, nothing to copy, or no
+    /// pinned memory): one batch, `pinned` saying which way it went.
+    Whole { batch: Option<RecordBatch>, pinned: bool },
+    /// A copy failed: nothing more comes.
+    Failed,
+}
+
+impl std::fmt::Debug for StagedBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (chunks, next) = match &self.state {
+            Staged::Pinned { bounds, next, .. } => (bounds.len() - 1, *next),
+            Staged::Whole { batch, .. } => (1, usize::from(batch.is_none())),
+            Staged::Failed => (0, 0),
+        };
+        f.debug_struct("StagedBatches").field("chunks", &chunks).field("next", &next).field("pinned", &self.pinned()).finish()
+    }
+}
+
+impl DeviceTable {
+    /// Copies the table to the host like
+    /// [`DeviceTable::to_record_batch_pinned`], in chunks of about
+    /// `chunk_rows` rows: all copies are queued at once, and the returned
+    /// iterator yields each chunk's batch as soon as its bytes have landed,
+    /// so the caller can work on the first rows while the rest are still on
+    /// their way. Takes the table: its device buffers must outlive the
+    /// copies. Tables with nested columns, and copies that find no pinned
+    /// memory, come as one batch (see [`StagedBatches::pinned`]).
+    pub fn into_staged_batches(self, chunk_rows: usize) -> Result<StagedBatches> {
+        let Some(first) = self.columns.first() else {
+            let batch = self.to_record_batch()?;
+            return Ok(StagedBatches { table: None, state: Staged::Whole { batch: Some(batch), pinned: false } });
+        };
+        let pool = PinnedHostPool::for_context(first.values.context());
+        self.into_staged_batches_in(&pool, chunk_rows)
+    }
+
+    /// [`DeviceTable::into_staged_batches`] with a given pool.
+    pub fn into_staged_batches_in(self, pool: &Arc<PinnedHostPool>, chunk_rows: usize) -> Result<StagedBatches> {
+        let whole = |table: DeviceTable| -> Result<StagedBatches> {
+            let batch = table.to_record_batch()?;
+            Ok(StagedBatches { table: None, state: Staged::Whole { batch: Some(batch), pinned: false } })
+        };
+        if self.columns.iter().any(DeviceColumn::is_nested) {
+            return whole(self);
+        }
+        let (placements, total) = self.slab_layout();
+        if total == 0 {
+            return whole(self);
+        }
+        let Some(lease) = pool.lease(total) else { return whole(self) };
+        let base = lease.slab.as_ref().map(|s| s.as_mut_ptr()).expect("a lease holds its slab");
+        let lease = Arc::new(lease);
+
+        let n = self.num_rows;
+        let step = chunk_rows.max(1);
+        let mut bounds: Vec<usize> = (0..n).step_by(step).collect();
+        bounds.push(n);
+        if bounds.len() == 1 {
+            bounds.insert(0, 0);
+        }
+        let mut events: Vec<Vec<GpuEvent>> = Vec::with_capacity(bounds.len() - 1);
+        let mut all_streams: Vec<Arc<GpuStream>> = Vec::new();
+        let mut queue = || -> Result<()> {
+            for k in 0..bounds.len() - 1 {
+                let mut streams: Vec<Arc<GpuStream>> = Vec::new();
+                let mut copy = |source: &crate::cuda::DeviceBuffer, from: usize, place: &Placement, len: usize| -> Result<()> {
+                    // SAFETY: `from + len` lies inside the placement, which lies
+                    // inside the slab; the slab outlives the copy: its lease is
+                    // held until every event is synchronized (also on failure).
+                    let stream = unsafe { source.copy_range_to_host_async(from as u64, base.add(place.offset + from), len)? };
+                    if let Some(s) = stream
+                        && !streams.iter().any(|t| Arc::ptr_eq(t, &s))
+                    {
+                        streams.push(s);
+                    }
+                    Ok(())
+                };
+                for (column, (validity, offsets, values, view_data)) in self.columns.iter().zip(&placements) {
+                    let width = row_width(column);
+                    if k == 0 {
+                        let whole = [
+                            (column.validity.as_ref(), validity.as_ref()),
+                            (column.offsets.as_ref(), offsets.as_ref()),
+                            (if width.is_none() { Some(&column.values) } else { None }, if width.is_none() { Some(values) } else { None }),
+                            (column.view_data.as_ref(), view_data.as_ref()),
+                        ];
+                        for (source, place) in whole {
+                            if let (Some(source), Some(place)) = (source, place) {
+                                copy(source, 0, place, place.len)?;
+                            }
+                        }
+                    }
+                    if let Some(w) = width {
+                        let (from, to) = ((column.offset + bounds[k]) * w, (column.offset + bounds[k + 1]) * w);
+                        copy(&column.values, from, values, to.min(values.len).saturating_sub(from))?;
+                    }
+                }
+                let mut recorded = Vec::with_capacity(streams.len());
+                for s in &streams {
+                    let event = GpuEvent::new(s.context(), false)?;
+                    event.record(s)?;
+                    recorded.push(event);
+                }
+                for s in streams {
+                    if !all_streams.iter().any(|t| Arc::ptr_eq(t, &s)) {
+                        all_streams.push(s);
+                    }
+                }
+                events.push(recorded);
+            }
+            Ok(())
+        };
+        if let Err(e) = queue() {
+            // A copy may still be writing into the slab: wait, and never hand
+            // the slab out again if that fails.
+            if all_streams.iter().try_for_each(|s| s.synchronize()).is_err() {
+                std::mem::forget(Arc::clone(&lease));
+            }
+            return Err(e);
+        }
+
+        let buffer = |place: &Placement| -> Buffer {
+            // SAFETY: `base + offset` is non-null, inside the slab and aligned to
+            // BUFFER_ALIGN; the slab lives as long as `lease`, which the buffer owns a share of.
+            unsafe {
+                let ptr = NonNull::new_unchecked(base.add(place.offset));
+                Buffer::from_custom_allocation(ptr, place.len, Arc::clone(&lease) as _)
+            }
+        };
+        let columns = placements
+            .iter()
+            .map(|(validity, offsets, values, view_data)| HostBuffers {
+                validity: validity.as_ref().map(&buffer),
+                offsets: offsets.as_ref().map(&buffer),
+                values: buffer(values),
+                view_data: view_data.as_ref().map(&buffer),
+            })
+            .collect();
+        Ok(StagedBatches { table: Some(self), state: Staged::Pinned { lease, columns, bounds, events, next: 0 } })
+    }
+}
+
+impl StagedBatches {
+    /// Whether the copy goes through pinned memory (`false`: the table was
+    /// copied to pageable memory at once).
+    pub fn pinned(&self) -> bool {
+        match &self.state {
+            Staged::Pinned { .. } => true,
+            Staged::Whole { pinned, .. } => *pinned,
+            Staged::Failed => false,
+        }
+    }
+
+    /// Chunks (batches) the copy yields in all.
+    pub fn chunks(&self) -> usize {
+        match &self.state {
+            Staged::Pinned { bounds, .. } => bounds.len() - 1,
+            Staged::Whole { .. } => 1,
+            Staged::Failed => 0,
+        }
+    }
+
+    /// The next chunk's batch, once its copy is done.
+    fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
+        let Some(table) = self.table.as_ref() else {
+            return match &mut self.state {
+                Staged::Whole { batch, .. } => batch.take().map(Ok),
+                _ => None,
+            };
+        };
+        let Staged::Pinned { lease, columns, bounds, events, next } = &mut self.state else { return None };
+        let k = *next;
+        if k + 1 >= bounds.len() {
+            self.table = None;
+            return None;
+        }
+        if let Err(e) = events[k].iter().try_for_each(GpuEvent::synchronize) {
+            // A copy may still be writing into the slab: never hand it out again.
+            std::mem::forget(Arc::clone(lease));
+            self.state = Staged::Failed;
+            self.table = None;
+            return Some(Err(e));
+        }
+        *next += 1;
+        let (start, len) = (bounds[k], bounds[k + 1] - bounds[k]);
+        let batch = (|| -> Result<RecordBatch> {
+            let arrays = table
+                .columns
+                .iter()
+                .zip(columns.iter())
+                .map(|(column, host)| chunk_array(column, host, column.offset + start, len))
+                .collect::<Result<Vec<_>>>()?;
+            let options = RecordBatchOptions::new().with_row_count(Some(len));
+            Ok(RecordBatch::try_new_with_options(Arc::clone(&table.schema), arrays, &options)?)
+        })();
+        if *next + 1 >= bounds.len() {
+            // Every copy is done: the device buffers can go.
+            self.table = None;
+        }
+        Some(batch)
+    }
+}
+
+impl Iterator for StagedBatches {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        self.next_batch()
+    }
+}
+
+impl Drop for StagedBatches {
+    fn drop(&mut self) {
+        if let Staged::Pinned { lease, events, next, .. } = &self.state {
+            // Copies still queued write into the slab: wait for them before
+            // it can go back to the pool, or keep it from the pool for good.
+            if events[(*next).min(events.len())..].iter().flatten().try_for_each(GpuEvent::synchronize).is_err() {
+                std::mem::forget(Arc::clone(lease));
+            }
+        }
+    }
+}
+
+/// Rows `start..start + len` of `column` (counted from its buffers' first
+/// row, its offset included) as an arrow-rs array of the field's type,
+/// over its buffers in the slab (`host`): per-row values sliced to the
+/// rows, the rest shared whole.
+fn chunk_array(column: &DeviceColumn, host: &HostBuffers, start: usize, len: usize) -> Result<ArrayRef> {
+    if column.device_type == DataType::Null {
+        return column.in_field_type(make_array(ArrayData::new_null(&DataType::Null, len)));
+    }
+    let nulls = host.validity.as_ref().map(|v| NullBuffer::new(BooleanBuffer::new(v.clone(), start, len)));
+    let mut builder = ArrayData::builder(column.device_type.clone()).len(len).nulls(nulls);
+    match row_width(column) {
+        Some(w) => {
+            builder = builder.add_buffer(host.values.slice_with_length(start * w, len * w));
+            if let Some(data) = &host.view_data {
+                builder = builder.add_buffers(view_data_buffers(data));
+            }
+        }
+        None => {
+            builder = builder.offset(start);
+            if let Some(offsets) = &host.offsets {
+                builder = builder.add_buffer(offsets.clone());
+            }
+            builder = builder.add_buffer(host.values.clone());
+        }
+    }
+    column.in_field_type(make_array(builder.build()?))
 }

@@ -62,11 +62,7 @@ fn assert_same_rows(what: &str, expected_from: &str, expected: &[RecordBatch], a
     if e == a {
         return;
     }
-    let mut el: Vec<&str> = e.lines().collect();
-    let mut al: Vec<&str> = a.lines().collect();
-    el.sort_unstable();
-    al.sort_unstable();
-    assert!(el == al, "{what}: results differ\n{expected_from}:\n{e}\nBallista over gpq:\n{a}");
+    assert!(queries::same_rows(expected, actual).unwrap(), "{what}: results differ\n{expected_from}:\n{e}\nBallista over gpq:\n{a}");
     eprintln!("{what}: same rows as {expected_from}, tied rows in another order");
 }
 
@@ -179,13 +175,6 @@ fn gpq_scans(plan: &Arc<dyn ExecutionPlan>) -> usize {
     usize::from(plan.downcast_ref::<GpqScanExec>().is_some()) + plan.children().into_iter().map(gpq_scans).sum::<usize>()
 }
 
-fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let text = pretty_format_batches(batches).unwrap().to_string();
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    lines.sort_unstable();
-    lines
-}
-
 #[tokio::test]
 async fn plans_with_gpq_tables_and_scans_round_trip_through_the_codecs() {
     let dir = tpch_dir(0.01);
@@ -215,7 +204,7 @@ async fn plans_with_gpq_tables_and_scans_round_trip_through_the_codecs() {
     assert_eq!(gpq_scans(&decoded), 3);
     let expected = collect(plan, ctx.task_ctx()).await.unwrap();
     let actual = collect(decoded, ctx.task_ctx()).await.unwrap();
-    assert_eq!(sorted_rows(&actual), sorted_rows(&expected));
+    assert_eq!(queries::sorted_lines(&actual).unwrap(), queries::sorted_lines(&expected).unwrap());
 }
 
 #[tokio::test]

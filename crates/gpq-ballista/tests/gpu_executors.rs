@@ -14,8 +14,6 @@ use std::any::Any;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
-use arrow::util::pretty::pretty_format_batches;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq_ballista::{GpqPhysicalCodec, ScanDevice, SessionConfigExt, remote_context, start_standalone_cluster_on, with_gpq_codecs};
@@ -50,13 +48,6 @@ fn run(emulated: bool) -> Result<(), libtest_mimic::Failed> {
     Ok(())
 }
 
-fn sorted_lines(batches: &[RecordBatch]) -> Vec<String> {
-    let text = pretty_format_batches(batches).unwrap().to_string();
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    lines.sort_unstable();
-    lines
-}
-
 async fn tpch_on_gpu_executors(emulated: bool) {
     let (sf, list, devices): (f64, Vec<usize>, Vec<ScanDevice>) = if emulated {
         eprintln!("NOTE: no GPU; the executors decode on gpq's CPU emulator of the kernels");
@@ -89,7 +80,7 @@ async fn tpch_on_gpu_executors(emulated: bool) {
         let actual = queries::run_query(&cluster, n).await.unwrap_or_else(|e| panic!("q{n} on GPU executors: {e}"));
         let t2 = Instant::now();
         eprintln!("q{n:02}: built-in {:.3} s, Ballista on GPU executors {:.3} s", (t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
-        assert_eq!(sorted_lines(&actual), sorted_lines(&expected), "TPC-H q{n} at SF {sf} on GPU executors");
+        assert_eq!(queries::sorted_lines(&actual).unwrap(), queries::sorted_lines(&expected).unwrap(), "TPC-H q{n} at SF {sf} on GPU executors");
     }
     let (decoded, on_gpu) = (codec.scans_decoded(), codec.scans_decoded_on_gpu());
     eprintln!("{decoded} scans decoded by the executors, {on_gpu} on a GPU");

@@ -52,7 +52,7 @@ pub struct EngineArgs {
     pub late_materialization: bool,
     /// GPU backend: cut each partition's reads into at least this many passes
     /// of 8 MiB or more, so that DataFusion works on one while the device
-    /// decodes the next (1: passes of up to 64 MiB, however few).
+    /// decodes the next (default 1: passes of up to 64 MiB, however few).
     #[arg(long, default_value_t = gpq_datafusion::DEFAULT_GPU_MIN_PASSES)]
     pub min_passes: u64,
     /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
@@ -281,17 +281,17 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
         for n in list {
             let (b, expected) = time_query(&builtin, n, args.repeat).await?;
             let (g, actual) = time_query(&ours, n, args.repeat).await?;
-            let mut same = same_rows(&expected, &actual)?;
+            let mut same = queries::same_rows(&expected, &actual)?;
             let rows: usize = actual.iter().map(|b| b.num_rows()).sum();
             total_b += b;
             total_g += g;
             let speedup = b / g.max(1e-9);
             if args.compare_device_filters {
                 let (p, plain_rows) = time_query(&plain, n, args.repeat).await?;
-                same &= same_rows(&expected, &plain_rows)?;
+                same &= queries::same_rows(&expected, &plain_rows)?;
                 total_p += p;
                 let (e, eager_rows) = time_query(&eager, n, args.repeat).await?;
-                same &= same_rows(&expected, &eager_rows)?;
+                same &= queries::same_rows(&expected, &eager_rows)?;
                 total_e += e;
                 let (on, off) = (bytes_to_host(&ours, n).await?, bytes_to_host(&plain, n).await?);
                 bytes_on += on;
@@ -327,21 +327,6 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(code)
-}
-
-/// Whether two results hold the same rows: the same text, or the same lines
-/// in another order (rows tied under ORDER BY).
-fn same_rows(expected: &[RecordBatch], actual: &[RecordBatch]) -> DfResult<bool> {
-    let e = pretty_format_batches(expected)?.to_string();
-    let a = pretty_format_batches(actual)?.to_string();
-    if e == a {
-        return Ok(true);
-    }
-    let mut el: Vec<&str> = e.lines().collect();
-    let mut al: Vec<&str> = a.lines().collect();
-    el.sort_unstable();
-    al.sort_unstable();
-    Ok(el == al)
 }
 
 /// Runs query `n` once and returns the bytes its gpq scans copied to the

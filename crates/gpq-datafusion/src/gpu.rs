@@ -1,14 +1,17 @@
 //! The GPU backend: each run of a partition's row groups in one file is read
 //! by gpq's batch reader ([`gpq::DeviceReaderBuilder`]), and each of its
-//! batches copied to the host through pinned memory
-//! ([`gpq::DeviceTable::to_record_batch_staged`]).
+//! batches copied to the host through pinned memory in chunks of rows
+//! ([`gpq::DeviceTable::into_staged_batches`], about 32 MiB each), each
+//! chunk handed to DataFusion as soon as it lands, so DataFusion works on a
+//! batch's first rows while the rest are on their way.
 //!
 //! The reader cuts the run into passes of whole row groups of at most
 //! [`GpqTableOptions::gpu_read_bytes`](crate::GpqTableOptions::gpu_read_bytes)
 //! of projected compressed bytes, at least
 //! [`gpu_min_passes`](crate::GpqTableOptions::gpu_min_passes) of them where
 //! the run is large enough, and reads the next pass while the device
-//! decodes the current one and DataFusion consumes the one before. With the page index's row selections it reads
+//! decodes the current one and DataFusion consumes the one before. With
+//! the page index's row selections it reads
 //! and decodes, of a row group, only the pages of its span (its first to
 //! its last selected row), cut on the device, where the rows cut away hold
 //! at least half a pass of compressed bytes; pages before and after the
@@ -43,11 +46,13 @@ use arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use tracing::{debug, warn};
 
+use gpq::arrow::StagedBatches;
 use gpq::{DeviceTable, Error};
 
 use crate::cpu::read_run;
 use crate::filter::ScanFilter;
-use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, restriction};
+use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, restriction, stage_to_host};
+use crate::file::GpqFile;
 use crate::late::LatePlan;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
@@ -132,21 +137,50 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                     spans.span_rows()
                 )));
             }
-            let pieces = match &scan.filter {
+            match &scan.filter {
                 Some(filter) => {
                     let within = cursor.keep_ranges(table.num_rows());
                     let within = restriction(&within, table.num_rows());
-                    vec![filtered_on_device(scan, filter, table, &positions, within)?]
+                    match filtered_on_device(scan, filter, table, &positions, within)? {
+                        Filtered::OnHost(batch) => {
+                            sent += batch.num_rows();
+                            if !sink.send(vec![batch]) {
+                                stopped = true;
+                                break;
+                            }
+                        }
+                        Filtered::OnDevice(mut staged) => {
+                            let identity: Vec<usize> = (0..scan.columns.len()).collect();
+                            let mut partly_sent = false;
+                            while let Some(chunk) = next_chunk(scan, &mut staged) {
+                                // A CPU read could only take over from this batch's first
+                                // row, and its first chunks are already sent.
+                                let chunk = chunk.map_err(|e| if partly_sent { cannot_resume(file, e) } else { e })?;
+                                let chunk = conform(&chunk, &identity, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
+                                sent += chunk.num_rows();
+                                partly_sent = true;
+                                if !sink.send(vec![chunk]) {
+                                    stopped = true;
+                                    break;
+                                }
+                            }
+                        }
+                    }
                 }
                 None => {
-                    let batch = copy_to_host(scan, table)?;
-                    let batch = conform(&batch, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
-                    cursor.keep(&batch)
+                    let mut staged = stage_to_host(scan, table)?;
+                    while let Some(chunk) = next_chunk(scan, &mut staged) {
+                        let chunk = conform(&chunk?, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
+                        let pieces = cursor.keep(&chunk);
+                        sent += pieces.iter().map(RecordBatch::num_rows).sum::<usize>();
+                        if !sink.send(pieces) {
+                            stopped = true;
+                            break;
+                        }
+                    }
                 }
-            };
-            sent += pieces.iter().map(RecordBatch::num_rows).sum::<usize>();
-            if !sink.send(pieces) {
-                stopped = true;
+            }
+            if stopped {
                 break;
             }
             consumed = read;
@@ -207,17 +241,25 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     }
 }
 
+/// A decoded batch after the scan's filters.
+enum Filtered {
+    /// Filtered on the device: its kept rows on their way to the host, in chunks.
+    OnDevice(StagedBatches),
+    /// Copied whole and filtered on the host (the device could not filter it).
+    OnHost(RecordBatch),
+}
+
 /// Filters a decoded batch (of the read columns, at `positions` among the
-/// table's) on the device and copies the output columns' kept rows to the
-/// host; a batch the device cannot filter is copied whole and filtered on
-/// the host.
+/// table's) on the device and queues the copy of the output columns' kept
+/// rows to the host; a batch the device cannot filter is copied whole and
+/// filtered on the host.
 fn filtered_on_device(
     scan: &PartitionScan,
     filter: &ScanFilter,
     table: DeviceTable,
     positions: &[usize],
     within: Option<&[std::ops::Range<usize>]>,
-) -> gpq::Result<RecordBatch> {
+) -> gpq::Result<Filtered> {
     let predicate = filter.device.map_columns(&|j| positions.get(j).copied().unwrap_or(usize::MAX));
     let keep = &positions[..scan.columns.len().min(positions.len())];
     let m = &scan.metrics;
@@ -229,9 +271,7 @@ fn filtered_on_device(
                 m.device_filter_time.add_duration(f.time);
             }
             drop(table);
-            let batch = copy_to_host(scan, kept)?;
-            let identity: Vec<usize> = (0..scan.columns.len()).collect();
-            conform(&batch, &identity, &scan.schema).map_err(|e| Error::Internal(e.to_string()))
+            Ok(Filtered::OnDevice(stage_to_host(scan, kept)?))
         }
         Err(Error::Filter(why)) => {
             debug!(%why, "gpq scan filters a batch on the host");
@@ -246,10 +286,29 @@ fn filtered_on_device(
                     arrow::compute::concat_batches(&batch.schema(), &pieces).map_err(|e| Error::Internal(e.to_string()))?
                 }
             };
-            scan.finish_on_host(batch).map_err(|e| Error::Internal(e.to_string()))
+            Ok(Filtered::OnHost(scan.finish_on_host(batch).map_err(|e| Error::Internal(e.to_string()))?))
         }
         Err(e) => Err(e),
     }
+}
+
+/// The next chunk of a staged copy, its wait counted in `copy_time`.
+fn next_chunk(scan: &PartitionScan, staged: &mut StagedBatches) -> Option<gpq::Result<RecordBatch>> {
+    let t0 = std::time::Instant::now();
+    let chunk = staged.next();
+    scan.metrics.copy_time.add_elapsed(t0);
+    chunk
+}
+
+/// `e`, which struck a device-filtered batch after some of its rows were
+/// sent, as an error no CPU read answers: the rows sent cannot be told
+/// apart from the others, so finishing on the CPU would send them twice.
+fn cannot_resume(file: &GpqFile, e: Error) -> Error {
+    Error::Internal(format!(
+        "copying device-filtered rows of {} to the host failed after part of them went to DataFusion; \
+         the scan cannot resume on the CPU without repeating them: {e}",
+        file.path.display()
+    ))
 }
 
 /// Whether a device read that failed with `e` is answered by the CPU: the

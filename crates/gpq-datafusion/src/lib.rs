@@ -41,7 +41,8 @@
 //!   [`GpqTableOptions::gpu_min_passes`] of them where the partition is large
 //!   enough (the next pass read while the device decodes one, and decoded
 //!   while DataFusion works on the one before), then copies each batch to
-//!   the host. Of each row group it
+//!   the host in chunks of about 32 MiB, each handed to DataFusion as it
+//!   lands. Of each row group it
 //!   reads only the pages of the span the page index selects (first to last
 //!   selected row); rows between the selected runs of a span are cut on the
 //!   host.

@@ -56,7 +56,7 @@ impl FromStr for Backend {
 pub const DEFAULT_GPU_READ_BYTES: u64 = 64 << 20;
 
 /// Default of [`GpqTableOptions::gpu_min_passes`].
-pub const DEFAULT_GPU_MIN_PASSES: u64 = 4;
+pub const DEFAULT_GPU_MIN_PASSES: u64 = 1;
 
 /// Options of a [`GpqTable`](super::GpqTable).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,10 +74,14 @@ pub struct GpqTableOptions {
     /// read while the device decodes the current one.
     pub gpu_read_bytes: u64,
     /// GPU backend: passes a run of a partition's row groups is cut into at
-    /// least (default 4), where that leaves passes of 8 MiB or more of
-    /// projected compressed bytes, so that DataFusion works on one pass's
-    /// batches while the device decodes the next; `1` reads passes of
-    /// [`gpu_read_bytes`](Self::gpu_read_bytes) whatever the run's size.
+    /// least, where that leaves passes of 8 MiB or more of projected
+    /// compressed bytes, so that DataFusion works on one pass's batches
+    /// while the device decodes the next. Default 1: passes of
+    /// [`gpu_read_bytes`](Self::gpu_read_bytes) however few, since each pass
+    /// has a fixed cost on the device (TPC-H SF10 at 16 partitions on an
+    /// H200: 4 made q1 faster, 0.93 to 0.73 s, but q6 slower, 0.09 to
+    /// 0.16 s), and each batch's copy to the host already overlaps
+    /// DataFusion's work chunk by chunk.
     pub gpu_min_passes: u64,
     /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
     /// encodings the kernels lack), logged and counted in the

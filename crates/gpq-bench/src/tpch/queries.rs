@@ -798,6 +798,21 @@ mod with_datafusion {
         }
         result.ok_or_else(|| DataFusionError::Plan(format!("TPC-H query {n} has no query statement")))
     }
+
+    /// The lines of `batches` as a printed table, sorted: two results with
+    /// the same sorted lines hold the same rows, whatever the order of rows
+    /// tied under ORDER BY.
+    pub fn sorted_lines(batches: &[RecordBatch]) -> Result<Vec<String>> {
+        let text = arrow::util::pretty::pretty_format_batches(batches)?.to_string();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort_unstable();
+        Ok(lines)
+    }
+
+    /// Whether two results hold the same rows, in any order (see [`sorted_lines`]).
+    pub fn same_rows(expected: &[RecordBatch], actual: &[RecordBatch]) -> Result<bool> {
+        Ok(sorted_lines(expected)? == sorted_lines(actual)?)
+    }
 }
 
 #[cfg(test)]
