@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
+#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-explain tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
@@ -305,8 +305,7 @@ stage_tpch_profile() {
   mkdir -p "$d"
   [ -e "$d/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$d" > /dev/null 2>&1
   cat "$d/lineitem.parquet" > /dev/null
-  q1="select l_returnflag, l_linestatus, sum(l_quantity) as sum_qty, sum(l_extendedprice) as sum_base_price, sum(l_extendedprice * (1 - l_discount)) as sum_disc_price, sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) as sum_charge, avg(l_quantity) as avg_qty, avg(l_extendedprice) as avg_price, avg(l_discount) as avg_disc, count(*) as count_order from lineitem where l_shipdate <= date '1998-12-01' - interval '90' day group by l_returnflag, l_linestatus order by l_returnflag, l_linestatus"
-  q6="select sum(l_extendedprice * l_discount) as revenue from lineitem where l_shipdate >= date '1994-01-01' and l_shipdate < date '1995-01-01' and l_discount between 0.05 and 0.07 and l_quantity < 24"
+  q1=$(gpq_tpch_query 1); q6=$(gpq_tpch_query 6)
   run() {  # NAME ENV... -- ARGS...
     local name=$1; shift
     local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
@@ -331,6 +330,43 @@ stage_tpch_profile() {
     gpq read "$d/lineitem.parquet" --columns "$cols" --repeat 5 > "$OUT/profile-read-$cols.log" 2>&1
     note "profile core read $cols: rc=$? $(grep -iE 'median|total' "$OUT/profile-read-$cols.log" | head -3 | tr '\n' ' ')"
   done
+}
+
+stage_tpch_explain() {
+  # Where a query's time goes, scan against DataFusion (issue 15): EXPLAIN ANALYZE of q1 and
+  # q6 over SF10 lineitem with the GPU backend (one pass a partition, then EXPLAIN_PASSES,
+  # default 4) and the CPU backend, each query three times first (the later ones warm); then
+  # the small-table queries q2, q16 and q22 twice each with their scans' metrics. Few log
+  # files (the device tool brings back only so many): explain-lineitem.log, explain-small.log.
+  d=$data/suite/default
+  if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
+  cat "$d"/*.parquet > /dev/null
+  local l=$data/explain; mkdir -p "$l"; ln -sf "$d/lineitem.parquet" "$l/lineitem.parquet"
+  local q1 q6
+  q1=$(gpq_tpch_query 1); q6=$(gpq_tpch_query 6)
+  explain() {  # NAME LOG ARGS...
+    local name=$1 log=$OUT/$2; shift 2
+    echo "##### $name" >> "$log"
+    timeout 120 "$@" >> "$log" 2>&1
+    note "explain $name: rc=$? $(sed -n "/^##### $name\$/,\$p" "$log" | grep -E ' rows in ' | tr '\n' ' ')"
+  }
+  for q in q1 q6; do
+    local sql=${!q}
+    explain "gpu-$q" explain-lineitem.log gpq sql --data "$l" --backend gpu "$sql; $sql; $sql; explain analyze $sql"
+    explain "gpu-passes-$q" explain-lineitem.log gpq sql --data "$l" --backend gpu --min-passes "${EXPLAIN_PASSES:-4}" "$sql; $sql; $sql; explain analyze $sql"
+    explain "cpu-$q" explain-lineitem.log gpq sql --data "$l" --backend cpu "$sql; $sql; $sql; explain analyze $sql"
+  done
+  for b in gpu cpu; do
+    explain "$b-small" explain-small.log gpq tpch --data "$d" --backend "$b" --query 2,2,16,16,22,22
+  done
+}
+
+# TPC-H query N's text as gpq's benchmarks run it (q1 and q6 have one statement).
+gpq_tpch_query() {
+  case $1 in
+    1) echo "select l_returnflag, l_linestatus, sum(l_quantity) as sum_qty, sum(l_extendedprice) as sum_base_price, sum(l_extendedprice * (1 - l_discount)) as sum_disc_price, sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) as sum_charge, avg(l_quantity) as avg_qty, avg(l_extendedprice) as avg_price, avg(l_discount) as avg_disc, count(*) as count_order from lineitem where l_shipdate <= date '1998-12-01' - interval '90' day group by l_returnflag, l_linestatus order by l_returnflag, l_linestatus" ;;
+    6) echo "select sum(l_extendedprice * l_discount) as revenue from lineitem where l_shipdate >= date '1994-01-01' and l_shipdate < date '1995-01-01' and l_discount between 0.05 and 0.07 and l_quantity < 24" ;;
+  esac
 }
 
 stage_tpch_gpus() {
