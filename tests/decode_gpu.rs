@@ -570,6 +570,19 @@ fn staged_copies_in_chunks_match_whole_copies(ctx: &Arc<GpuContext>) {
         assert_eq!(chunks, rows.div_ceil(chunk), "chunks of {chunk} rows");
         assert_batches_equal(&path, &expected, &got);
     }
+    // Chunks sized by the bytes copied chunk by chunk; each chunk's
+    // fixed-width buffers are its own rows only (DataFusion counts a
+    // buffer's whole allocation as the batch's memory).
+    let table = read_parquet_to_device(&path, &ReadOptions::new()).unwrap();
+    let per_row = table.staged_chunk_rows(1 << 20);
+    assert!(per_row > 1 && per_row < (1 << 20), "{per_row} rows a MiB");
+    assert_eq!(table.staged_chunk_rows(0), 1);
+    let batches: Vec<RecordBatch> = table.into_staged_batches_in(&pool, 100).unwrap().map(Result::unwrap).collect();
+    for b in &batches {
+        let column = b.column_by_name("i64_req").unwrap();
+        assert!(column.get_array_memory_size() < 8 * b.num_rows() + 256, "{} bytes for {} rows", column.get_array_memory_size(), b.num_rows());
+    }
+    drop(batches);
     // A row window: columns cut on the device, each at its own offset.
     let (start, len) = (rows / 3 + 5, rows / 3);
     let selection = RowSelection::from(vec![RowSelector::skip(start), RowSelector::select(len), RowSelector::skip(rows - start - len)]);

@@ -401,10 +401,15 @@ impl DeviceTable {
                     // inside the slab; the slab outlives the copy: its lease is
                     // held until every event is synchronized (also on failure).
                     let stream = unsafe { source.copy_range_to_host_async(from as u64, base.add(place.offset + from), len)? };
-                    if let Some(s) = stream
-                        && !streams.iter().any(|t| Arc::ptr_eq(t, &s))
-                    {
-                        streams.push(s);
+                    if let Some(s) = stream {
+                        // Every stream with a copy queued, at once: a failure later
+                        // in the queueing must still wait for it.
+                        if !all_streams.iter().any(|t| Arc::ptr_eq(t, &s)) {
+                            all_streams.push(Arc::clone(&s));
+                        }
+                        if !streams.iter().any(|t| Arc::ptr_eq(t, &s)) {
+                            streams.push(s);
+                        }
                     }
                     Ok(())
                 };
@@ -433,11 +438,6 @@ impl DeviceTable {
                     let event = GpuEvent::new(s.context(), false)?;
                     event.record(s)?;
                     recorded.push(event);
-                }
-                for s in streams {
-                    if !all_streams.iter().any(|t| Arc::ptr_eq(t, &s)) {
-                        all_streams.push(s);
-                    }
                 }
                 events.push(recorded);
             }
@@ -470,6 +470,20 @@ impl DeviceTable {
             })
             .collect();
         Ok(StagedBatches { table: Some(self), state: Staged::Pinned { lease, columns, bounds, events, next: 0 } })
+    }
+}
+
+impl DeviceTable {
+    /// Rows per chunk of [`DeviceTable::into_staged_batches`] for chunks of
+    /// about `chunk_bytes`, counting the buffers copied chunk by chunk
+    /// (fixed-width values and string views; the rest goes with the first
+    /// chunk). All the rows when no buffer is copied chunk by chunk.
+    pub fn staged_chunk_rows(&self, chunk_bytes: u64) -> usize {
+        let per_row: u64 = self.columns.iter().filter(|c| !c.is_nested()).filter_map(row_width).map(|w| w as u64).sum();
+        if per_row == 0 {
+            return self.num_rows.max(1);
+        }
+        usize::try_from((chunk_bytes / per_row).max(1)).unwrap_or(usize::MAX)
     }
 }
 
@@ -521,7 +535,7 @@ impl StagedBatches {
                 .columns
                 .iter()
                 .zip(columns.iter())
-                .map(|(column, host)| chunk_array(column, host, column.offset + start, len))
+                .map(|(column, host)| chunk_array(column, host, lease, column.offset + start, len))
                 .collect::<Result<Vec<_>>>()?;
             let options = RecordBatchOptions::new().with_row_count(Some(len));
             Ok(RecordBatch::try_new_with_options(Arc::clone(&table.schema), arrays, &options)?)
@@ -558,7 +572,7 @@ impl Drop for StagedBatches {
 /// row, its offset included) as an arrow-rs array of the field's type,
 /// over its buffers in the slab (`host`): per-row values sliced to the
 /// rows, the rest shared whole.
-fn chunk_array(column: &DeviceColumn, host: &HostBuffers, start: usize, len: usize) -> Result<ArrayRef> {
+fn chunk_array(column: &DeviceColumn, host: &HostBuffers, lease: &Arc<SlabLease>, start: usize, len: usize) -> Result<ArrayRef> {
     if column.device_type == DataType::Null {
         return column.in_field_type(make_array(ArrayData::new_null(&DataType::Null, len)));
     }
@@ -566,7 +580,7 @@ fn chunk_array(column: &DeviceColumn, host: &HostBuffers, start: usize, len: usi
     let mut builder = ArrayData::builder(column.device_type.clone()).len(len).nulls(nulls);
     match row_width(column) {
         Some(w) => {
-            builder = builder.add_buffer(host.values.slice_with_length(start * w, len * w));
+            builder = builder.add_buffer(rows_of(&host.values, lease, start * w, len * w)?);
             if let Some(data) = &host.view_data {
                 builder = builder.add_buffers(view_data_buffers(data));
             }
@@ -580,4 +594,21 @@ fn chunk_array(column: &DeviceColumn, host: &HostBuffers, start: usize, len: usi
         }
     }
     column.in_field_type(make_array(builder.build()?))
+}
+
+/// Bytes `offset..offset + len` of `whole` (a buffer in the slab of
+/// `lease`) as a buffer of their own, not a slice: arrow-rs reports a
+/// slice's memory as its whole allocation's, and DataFusion's memory
+/// accounting would count the whole column once for every chunk.
+fn rows_of(whole: &Buffer, lease: &Arc<SlabLease>, offset: usize, len: usize) -> Result<Buffer> {
+    if offset.checked_add(len).is_none_or(|end| end > whole.len()) {
+        return Err(crate::Error::Internal(format!("bytes {offset}+{len} of a staged chunk lie outside its buffer of {}", whole.len())));
+    }
+    // SAFETY: the range lies inside `whole` (checked above), which lies
+    // inside the slab; the buffer owns a share of the lease, which keeps the
+    // slab alive.
+    Ok(unsafe {
+        let ptr = NonNull::new_unchecked(whole.as_ptr().add(offset).cast_mut());
+        Buffer::from_custom_allocation(ptr, len, Arc::clone(lease) as _)
+    })
 }

@@ -264,13 +264,6 @@ pub(crate) fn reader(
 /// the next ones cross the bus.
 pub(crate) const HOST_CHUNK_BYTES: u64 = 32 << 20;
 
-/// Rows per chunk of a staged copy of `rows` rows holding `bytes` host
-/// bytes: about [`HOST_CHUNK_BYTES`], never fewer than `batch_size` rows
-/// (DataFusion's batches are cut from the chunks).
-pub(crate) fn chunk_rows(bytes: u64, rows: usize, batch_size: usize) -> usize {
-    let per_chunk = if bytes == 0 { rows } else { (u128::from(HOST_CHUNK_BYTES) * rows as u128 / u128::from(bytes)).min(usize::MAX as u128) as usize };
-    per_chunk.max(batch_size).max(1)
-}
 
 /// Queues a decoded batch's copy to the host in chunks
 /// ([`DeviceTable::into_staged_batches`]), recording the read's metrics;
@@ -281,7 +274,8 @@ pub(crate) fn stage_to_host(scan: &PartitionScan, table: DeviceTable) -> gpq::Re
     let t0 = Instant::now();
     let bytes = table.host_copy_bytes();
     m.bytes_to_host.add(usize::try_from(bytes).unwrap_or(usize::MAX));
-    let chunk = chunk_rows(bytes, table.num_rows(), scan.batch_size);
+    // Never under a DataFusion batch: the stream cuts those from the chunks.
+    let chunk = table.staged_chunk_rows(HOST_CHUNK_BYTES).max(scan.batch_size);
     let staged = table.into_staged_batches(chunk)?;
     m.copy_time.add_elapsed(t0);
     if !staged.pinned() {
@@ -338,19 +332,6 @@ mod tests {
     fn values(pieces: &[RecordBatch]) -> Vec<i32> {
         use arrow::array::Int32Array;
         pieces.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int32Array>().unwrap().values().to_vec()).collect()
-    }
-
-    #[test]
-    fn staged_copies_come_in_chunks_of_about_32_mib() {
-        // TPC-H q1's output: 96 host bytes a row; a 3.7 M-row batch in 11 chunks.
-        let rows = 3_700_000;
-        let chunk = chunk_rows(96 * rows as u64, rows, 8192);
-        assert_eq!(chunk, (HOST_CHUNK_BYTES / 96) as usize);
-        assert_eq!(rows.div_ceil(chunk), 11);
-        // Never under a DataFusion batch, nor zero.
-        assert_eq!(chunk_rows(1 << 40, 1000, 8192), 8192);
-        assert_eq!(chunk_rows(0, 0, 0), 1);
-        assert_eq!(chunk_rows(0, 500, 10), 500);
     }
 
     #[test]

@@ -37,8 +37,11 @@
 //! ([`gpq::Error::is_context_lost`]) is finished on the CPU instead of
 //! failing the query, from the first row the device did not send, logged and
 //! counted (`gpu_context_lost_fallbacks`, one per run); when the device could
-//! not be reset, the rest of the partition decodes on the CPU too. A device
-//! read that returns other than the rows selected is an error.
+//! not be reset, the rest of the partition decodes on the CPU too. (Except
+//! where a device-filtered batch fails after some of its chunks went to
+//! DataFusion: its sent rows cannot be told from the others, so the scan
+//! fails rather than send them twice.) A device read that returns other
+//! than the rows selected is an error.
 //! Errors that are the file's fault ([`gpq::Error::is_bad_input`]) still fail
 //! the query: corrupt data never falls back silently.
 
@@ -52,7 +55,6 @@ use gpq::{DeviceTable, Error};
 use crate::cpu::read_run;
 use crate::filter::ScanFilter;
 use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, restriction, stage_to_host};
-use crate::file::GpqFile;
 use crate::late::LatePlan;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
@@ -114,6 +116,9 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
         _ => None,
     };
     let mut late_active = late.is_some();
+    // Set when a device-filtered batch failed after part of it was sent:
+    // no CPU read can take over without repeating those rows.
+    let mut cannot_resume = false;
     let result = (|| -> gpq::Result<()> {
         if let Some(plan) = &late {
             if plan.read(scan, file, units, &spans, sink)? {
@@ -155,7 +160,7 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                             while let Some(chunk) = next_chunk(scan, &mut staged) {
                                 // A CPU read could only take over from this batch's first
                                 // row, and its first chunks are already sent.
-                                let chunk = chunk.map_err(|e| if partly_sent { cannot_resume(file, e) } else { e })?;
+                                let chunk = chunk.inspect_err(|_| cannot_resume = partly_sent)?;
                                 let chunk = conform(&chunk, &identity, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
                                 sent += chunk.num_rows();
                                 partly_sent = true;
@@ -217,6 +222,16 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     };
     match result {
         Ok(()) => Ok(false),
+        Err(e) if cannot_resume => {
+            warn!(
+                file = %file.path.display(),
+                rows_sent = sent,
+                error = %e,
+                "copying device-filtered rows to the host failed after part of them went to DataFusion; \
+                 a CPU read cannot take over without repeating them, so the scan fails"
+            );
+            Err(to_df_error(e))
+        }
         Err(e) if falls_back_to_cpu(&e) => {
             let gone = !matches!(e, Error::GpuContextLost { recovered: true, .. });
             warn!(
@@ -298,17 +313,6 @@ fn next_chunk(scan: &PartitionScan, staged: &mut StagedBatches) -> Option<gpq::R
     let chunk = staged.next();
     scan.metrics.copy_time.add_elapsed(t0);
     chunk
-}
-
-/// `e`, which struck a device-filtered batch after some of its rows were
-/// sent, as an error no CPU read answers: the rows sent cannot be told
-/// apart from the others, so finishing on the CPU would send them twice.
-fn cannot_resume(file: &GpqFile, e: Error) -> Error {
-    Error::Internal(format!(
-        "copying device-filtered rows of {} to the host failed after part of them went to DataFusion; \
-         the scan cannot resume on the CPU without repeating them: {e}",
-        file.path.display()
-    ))
 }
 
 /// Whether a device read that failed with `e` is answered by the CPU: the
