@@ -323,17 +323,16 @@ enum Staged {
     /// Copies queued into one slab; chunk `k` is rows `bounds[k]..bounds[k + 1]`.
     Pinned {
         lease: Arc<SlabLease>,
-        /// Per column, its buffers in the slab (`None` for nested columns,
-        /// which never get here).
+        /// Per column, its buffers in the slab.
         columns: Vec<HostBuffers>,
         bounds: Vec<usize>,
         /// Per chunk, the events recorded after its copies.
         events: Vec<Vec<GpuEvent>>,
         next: usize,
     },
-    /// The table copied at once (nested columns, nothing to copy, or no
-    /// pinned memory): one batch, `pinned` saying which way it went.
-    Whole { batch: Option<RecordBatch>, pinned: bool },
+    /// The table copied at once to pageable memory (nested columns,
+    /// nothing to copy, or no pinned memory): one batch, until taken.
+    Whole(Option<RecordBatch>),
     /// A copy failed: nothing more comes.
     Failed,
 }
@@ -342,7 +341,7 @@ impl std::fmt::Debug for StagedBatches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (chunks, next) = match &self.state {
             Staged::Pinned { bounds, next, .. } => (bounds.len() - 1, *next),
-            Staged::Whole { batch, .. } => (1, usize::from(batch.is_none())),
+            Staged::Whole(batch) => (1, usize::from(batch.is_none())),
             Staged::Failed => (0, 0),
         };
         f.debug_struct("StagedBatches").field("chunks", &chunks).field("next", &next).field("pinned", &self.pinned()).finish()
@@ -361,7 +360,7 @@ impl DeviceTable {
     pub fn into_staged_batches(self, chunk_rows: usize) -> Result<StagedBatches> {
         let Some(first) = self.columns.first() else {
             let batch = self.to_record_batch()?;
-            return Ok(StagedBatches { table: None, state: Staged::Whole { batch: Some(batch), pinned: false } });
+            return Ok(StagedBatches { table: None, state: Staged::Whole(Some(batch)) });
         };
         let pool = PinnedHostPool::for_context(first.values.context());
         self.into_staged_batches_in(&pool, chunk_rows)
@@ -371,7 +370,7 @@ impl DeviceTable {
     pub fn into_staged_batches_in(self, pool: &Arc<PinnedHostPool>, chunk_rows: usize) -> Result<StagedBatches> {
         let whole = |table: DeviceTable| -> Result<StagedBatches> {
             let batch = table.to_record_batch()?;
-            Ok(StagedBatches { table: None, state: Staged::Whole { batch: Some(batch), pinned: false } })
+            Ok(StagedBatches { table: None, state: Staged::Whole(Some(batch)) })
         };
         if self.columns.iter().any(DeviceColumn::is_nested) {
             return whole(self);
@@ -417,15 +416,13 @@ impl DeviceTable {
                     let width = row_width(column);
                     if k == 0 {
                         let whole = [
-                            (column.validity.as_ref(), validity.as_ref()),
-                            (column.offsets.as_ref(), offsets.as_ref()),
-                            (if width.is_none() { Some(&column.values) } else { None }, if width.is_none() { Some(values) } else { None }),
-                            (column.view_data.as_ref(), view_data.as_ref()),
+                            column.validity.as_ref().zip(validity.as_ref()),
+                            column.offsets.as_ref().zip(offsets.as_ref()),
+                            width.is_none().then_some((&column.values, values)),
+                            column.view_data.as_ref().zip(view_data.as_ref()),
                         ];
-                        for (source, place) in whole {
-                            if let (Some(source), Some(place)) = (source, place) {
-                                copy(source, 0, place, place.len)?;
-                            }
+                        for (source, place) in whole.into_iter().flatten() {
+                            copy(source, 0, place, place.len)?;
                         }
                     }
                     if let Some(w) = width {
@@ -493,8 +490,7 @@ impl StagedBatches {
     pub fn pinned(&self) -> bool {
         match &self.state {
             Staged::Pinned { .. } => true,
-            Staged::Whole { pinned, .. } => *pinned,
-            Staged::Failed => false,
+            Staged::Whole(_) | Staged::Failed => false,
         }
     }
 
@@ -502,7 +498,7 @@ impl StagedBatches {
     pub fn chunks(&self) -> usize {
         match &self.state {
             Staged::Pinned { bounds, .. } => bounds.len() - 1,
-            Staged::Whole { .. } => 1,
+            Staged::Whole(_) => 1,
             Staged::Failed => 0,
         }
     }
@@ -511,7 +507,7 @@ impl StagedBatches {
     fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
         let Some(table) = self.table.as_ref() else {
             return match &mut self.state {
-                Staged::Whole { batch, .. } => batch.take().map(Ok),
+                Staged::Whole(batch) => batch.take().map(Ok),
                 _ => None,
             };
         };
