@@ -16,7 +16,7 @@
 //! | to know before any IO whether the GPU decodes a selection | [`ReadPlan::new`] then [`can_decode`] |
 //! | the raw column-chunk bytes in device memory, no decoding | [`read_column_chunks`] |
 //! | to look at what a read would do (columns, row groups, IO ranges) | [`ReadPlan`] |
-//! | the decoded columns back on the host as arrow-rs arrays | [`DeviceTable::to_record_batch`] or, faster, [`DeviceTable::to_record_batch_pinned`] |
+//! | the decoded columns back on the host as arrow-rs arrays | [`DeviceTable::to_record_batch`] or, faster, [`DeviceTable::to_record_batch_pinned`]; in chunks, each as it lands: [`DeviceTable::into_staged_batches`] |
 //! | options from `GPQ_*` environment variables, as the CLI does | [`ReadOptions::from_env`] |
 //! | to hand a table, a column or a stream of batches to another GPU library without a copy (cuDF, nanoarrow, anything that imports `ArrowDeviceArray`) | [`DeviceTable::to_device_array`], [`DeviceTable::column_to_device_array`], [`DeviceBatchReader::into_device_stream`] ([`arrow::c_device`]) |
 //! | a fixed-width column, or any buffer of a column, as a DLPack tensor (PyTorch, CuPy, JAX) | [`DeviceColumn::values_tensor`], [`DeviceColumn::buffer_tensor`] ([`arrow::dlpack`]) |
@@ -45,7 +45,7 @@
 //!
 //! The library reads no per-read setting from the environment; the CLI builds
 //! its options with [`ReadOptions::from_env`]. Process-wide settings with
-//! documented defaults are read in one place, [`env`]: where the kernel cache
+//! documented defaults are read in one place, [`mod@env`]: where the kernel cache
 //! lives, where nvCOMP and cuFile are, the pinned host pool's size, and
 //! whether to route the GPU to the CPU emulator.
 

@@ -8,7 +8,7 @@
 //!   staging buffers and copying to the device on its own stream,
 //!   double-buffered so file reads overlap PCIe copies.
 //!
-//! [`IoPath::Auto`] probes once per process ([`probe`]): GDS when nvidia-fs is
+//! [`IoPath::Auto`] probes once per process ([`mod@probe`]): GDS when nvidia-fs is
 //! live, otherwise the bounce path (faster than cuFile's compatibility mode on
 //! the machines we measured, see BENCHMARKS.md). The choice and any fallback are
 //! logged and reported in [`IoStats`]. Forcing a path that is not available is

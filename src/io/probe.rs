@@ -28,7 +28,7 @@ impl IoProbe {
     }
 
     /// cuFile's compatibility mode (the driver opens; a file handle may still
-    /// fail to register, see [`cufile`](super::cufile)).
+    /// fail to register, see [`super::cufile`]).
     pub fn cufile_compat(&self) -> &Result<(), String> {
         self.cufile_compat.get_or_init(|| {
             let r = cufile::check_available(cufile::Mode::Compat);

@@ -9,7 +9,7 @@
 //!
 //! Every value taken from the footer is checked before it is used (offsets
 //! and sizes non-negative, chunks inside the file, counts summed without
-//! overflow), and a failed check is an [`Error`](crate::Error) naming the
+//! overflow), and a failed check is an [`crate::Error`] naming the
 //! file, row group and column: the footer is untrusted input.
 
 pub(crate) mod cache;

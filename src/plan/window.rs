@@ -79,7 +79,7 @@ fn kept_pages(locations: &[PageLocation], chunk: (u64, u64), rg_rows: u64, want:
 impl ReadPlan {
     /// Keeps rows `skip..skip + keep` of the plan (clamped to its rows),
     /// reading only the row groups, and in flat columns with an offset
-    /// index only the pages, that hold them; see the [module](self) doc.
+    /// index only the pages, that hold them; see the `plan::window` module doc.
     /// The IO layout is planned anew.
     pub fn with_row_window(mut self, skip: u64, keep: u64, io: &IoOptions) -> Result<ReadPlan> {
         let task_size = io.resolved_task_size()?;

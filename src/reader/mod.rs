@@ -74,7 +74,7 @@ fn after_failure(ctx: &Arc<GpuContext>, stream: &Arc<GpuStream>, e: Error) -> Er
 }
 
 /// Whether the GPU decodes every column of `plan`; the error says why not
-/// (an [`Error::Unsupported`](crate::Error::Unsupported) for a nested column,
+/// (an [`crate::Error::Unsupported`] for a nested column,
 /// say). Checks types only, before any IO: every value encoding arrow-rs
 /// reads for flat columns (PLAIN, dictionaries, RLE, BYTE_STREAM_SPLIT and
 /// the DELTA encodings) is decoded on the GPU; the one the kernels lack
