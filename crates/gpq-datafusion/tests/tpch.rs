@@ -17,6 +17,7 @@ use std::time::Instant;
 use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::util::pretty::pretty_format_batches;
+use datafusion::common::stats::Precision;
 use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
@@ -294,6 +295,27 @@ async fn nulls_round_trip() {
     assert_eq!(stats.num_rows.get_value(), Some(&300));
     assert_eq!(stats.column_statistics[1].null_count.get_value(), Some(&100));
     assert_eq!(stats.column_statistics[0].null_count.get_value(), Some(&0));
+    // And the output's size, as the built-in scan reports it: exact for
+    // fixed-width columns (rows times widths), an estimate from the
+    // footers' uncompressed sizes with a string column.
+    let state = ours.state();
+    let size = |projection: Vec<usize>| {
+        let table = &table;
+        let state = &state;
+        async move { size_of(&table.scan(state, Some(&projection), &[], None).await.unwrap()) }
+    };
+    assert_eq!(size(vec![0, 1]).await, Precision::Exact(300 * (8 + 4)));
+    assert_eq!(size(vec![0]).await, Precision::Exact(300 * 8));
+    let with_strings = size(vec![0, 2]).await;
+    assert!(matches!(with_strings, Precision::Inexact(n) if n > 300 * 8), "{with_strings:?}");
+    let builtin_size = builtin.table_provider("t").await.unwrap().scan(&builtin.state(), Some(&vec![0, 1]), &[], None).await.unwrap();
+    assert_eq!(size_of(&builtin_size), Precision::Exact(300 * (8 + 4)), "the built-in scan's size");
+}
+
+/// The output size a plan reports to the planner.
+fn size_of(plan: &Arc<dyn ExecutionPlan>) -> Precision<usize> {
+    use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+    StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()).unwrap().total_byte_size
 }
 
 async fn limit_is_pushed_down() {
