@@ -270,30 +270,37 @@ impl DeviceTable {
         queued?;
 
         let lease: Arc<SlabLease> = Arc::new(lease);
-        let buffer = |place: &Placement| -> Buffer {
-            // SAFETY: `base + offset` is non-null, inside the slab and aligned to
-            // BUFFER_ALIGN; the slab lives as long as `lease`, which the buffer owns a share of.
-            unsafe {
-                let ptr = NonNull::new_unchecked(base.add(place.offset));
-                Buffer::from_custom_allocation(ptr, place.len, Arc::clone(&lease) as _)
-            }
-        };
         let arrays = self
             .columns
             .iter()
-            .zip(&placements)
-            .map(|(column, (validity, offsets, values, view_data))| {
-                column.assemble(HostBuffers {
-                    validity: validity.as_ref().map(&buffer),
-                    offsets: offsets.as_ref().map(&buffer),
-                    values: buffer(values),
-                    view_data: view_data.as_ref().map(&buffer),
-                })
-            })
+            .zip(slab_buffers(base, &placements, &lease))
+            .map(|(column, host)| column.assemble(host))
             .collect::<Result<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(self.num_rows));
         Ok((RecordBatch::try_new_with_options(Arc::clone(&self.schema), arrays, &options)?, true))
     }
+}
+
+/// Each column's buffers in the slab at `base` (held by `lease`), as
+/// arrow-rs buffers where `placements` put them.
+fn slab_buffers(base: *mut u8, placements: &[ColumnPlacement], lease: &Arc<SlabLease>) -> Vec<HostBuffers> {
+    let buffer = |place: &Placement| -> Buffer {
+        // SAFETY: `base + offset` is non-null, inside the slab and aligned to
+        // BUFFER_ALIGN; the slab lives as long as `lease`, which the buffer owns a share of.
+        unsafe {
+            let ptr = NonNull::new_unchecked(base.add(place.offset));
+            Buffer::from_custom_allocation(ptr, place.len, Arc::clone(lease) as _)
+        }
+    };
+    placements
+        .iter()
+        .map(|(validity, offsets, values, view_data)| HostBuffers {
+            validity: validity.as_ref().map(&buffer),
+            offsets: offsets.as_ref().map(&buffer),
+            values: buffer(values),
+            view_data: view_data.as_ref().map(&buffer),
+        })
+        .collect()
 }
 
 /// Bytes per row of a column's values buffer, where the values are one
@@ -449,23 +456,7 @@ impl DeviceTable {
             return Err(e);
         }
 
-        let buffer = |place: &Placement| -> Buffer {
-            // SAFETY: `base + offset` is non-null, inside the slab and aligned to
-            // BUFFER_ALIGN; the slab lives as long as `lease`, which the buffer owns a share of.
-            unsafe {
-                let ptr = NonNull::new_unchecked(base.add(place.offset));
-                Buffer::from_custom_allocation(ptr, place.len, Arc::clone(&lease) as _)
-            }
-        };
-        let columns = placements
-            .iter()
-            .map(|(validity, offsets, values, view_data)| HostBuffers {
-                validity: validity.as_ref().map(&buffer),
-                offsets: offsets.as_ref().map(&buffer),
-                values: buffer(values),
-                view_data: view_data.as_ref().map(&buffer),
-            })
-            .collect();
+        let columns = slab_buffers(base, &placements, &lease);
         Ok(StagedBatches { table: Some(self), state: Staged::Pinned { lease, columns, bounds, events, next: 0 } })
     }
 }
