@@ -19,6 +19,7 @@
 //! | `GPQ_NVCOMP_WORKER` | path of the `gpq-nvcomp-worker` executable that runs nvCOMP on unchecked (ZSTD, GZIP) pages in a process of its own; `off` turns it off | beside the running executable or in its parent folder |
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
+//! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in a context gpq activates: `blocking` (sleep until the driver wakes them), `spin`, `yield` or `auto` (the driver's default: spin while the process has fewer contexts than cores); a primary context another library activated first keeps its own setting | `blocking` |
 //! | `GPQ_FOOTER_CACHE=0` | decode every file's footer on every read, instead of keeping decoded footers for the next read of a file whose footer bytes are unchanged (see [`crate::clear_footer_cache`]) | on |
 //!
 //! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
@@ -181,6 +182,40 @@ pub(crate) fn footer_cache() -> bool {
     !matches!(flag("GPQ_FOOTER_CACHE"), Ok(Some(false)))
 }
 
+/// How threads wait for the GPU (`GPQ_CUDA_WAIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CudaWait {
+    /// The driver's heuristic (spins with fewer contexts than cores).
+    Auto,
+    /// Spin on the CPU.
+    Spin,
+    /// Spin, yielding the core between polls.
+    Yield,
+    /// Sleep on a synchronization primitive until the GPU is done.
+    Blocking,
+}
+
+/// `GPQ_CUDA_WAIT`, else [`CudaWait::Blocking`]: the threads that wait for
+/// the GPU share the cores with the query engine that consumes the columns,
+/// and spinning threads (one per partition, IO thread and copy) take cores
+/// from it.
+pub(crate) fn cuda_wait() -> Result<CudaWait> {
+    parse_cuda_wait(var("GPQ_CUDA_WAIT").as_deref())
+}
+
+fn parse_cuda_wait(v: Option<&str>) -> Result<CudaWait> {
+    match v.map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(CudaWait::Blocking),
+        Some(w) => match w.as_str() {
+            "blocking" | "block" => Ok(CudaWait::Blocking),
+            "spin" => Ok(CudaWait::Spin),
+            "yield" => Ok(CudaWait::Yield),
+            "auto" => Ok(CudaWait::Auto),
+            _ => Err(invalid("GPQ_CUDA_WAIT", &w, "blocking, spin, yield or auto")),
+        },
+    }
+}
+
 /// Whether `GPQ_EMULATE=1` asks for the CPU emulator.
 pub(crate) fn emulate() -> bool {
     matches!(flag("GPQ_EMULATE"), Ok(Some(true)))
@@ -209,6 +244,15 @@ pub(crate) fn nvcomp_worker_deadline_base() -> Option<std::time::Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_wait_defaults_to_blocking_and_refuses_unknown_words() {
+        assert_eq!(parse_cuda_wait(None).unwrap(), CudaWait::Blocking);
+        assert_eq!(parse_cuda_wait(Some(" Spin ")).unwrap(), CudaWait::Spin);
+        assert_eq!(parse_cuda_wait(Some("yield")).unwrap(), CudaWait::Yield);
+        assert_eq!(parse_cuda_wait(Some("auto")).unwrap(), CudaWait::Auto);
+        assert!(parse_cuda_wait(Some("busy")).unwrap_err().to_string().contains("GPQ_CUDA_WAIT"));
+    }
 
     #[test]
     fn kernel_source_takes_three_words_and_refuses_the_rest() {

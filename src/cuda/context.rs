@@ -84,6 +84,25 @@ static EMULATED: OnceLock<Arc<GpuContext>> = OnceLock::new();
 /// Memory the emulated device pretends to have.
 const EMULATED_MEMORY: u64 = 8 << 30;
 
+/// The scheduling bits of a context's flags.
+const SCHED_MASK: u32 = sys::CUctx_flags::CU_CTX_SCHED_MASK as u32;
+
+/// The scheduling flag of the contexts gpq activates, from `GPQ_CUDA_WAIT`.
+fn wait_flags() -> u32 {
+    use crate::env::CudaWait;
+    use sys::CUctx_flags::*;
+    let wait = crate::env::cuda_wait().unwrap_or_else(|e| {
+        tracing::warn!("{e}; threads block while they wait for the GPU");
+        CudaWait::Blocking
+    });
+    (match wait {
+        CudaWait::Auto => CU_CTX_SCHED_AUTO,
+        CudaWait::Spin => CU_CTX_SCHED_SPIN,
+        CudaWait::Yield => CU_CTX_SCHED_YIELD,
+        CudaWait::Blocking => CU_CTX_SCHED_BLOCKING_SYNC,
+    }) as u32
+}
+
 /// Loads the driver library and initialises it once; returns the device count.
 fn driver() -> Result<i32> {
     DRIVER
@@ -201,9 +220,17 @@ impl GpuContext {
             check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
             let mut ctx = std::ptr::null_mut();
             let owned = primary_wedged(ordinal);
+            let wait = wait_flags();
             if owned {
-                check("cuCtxCreate", sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, dev))?;
+                check("cuCtxCreate", sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), wait, dev))?;
             } else {
+                let (mut flags, mut active) = (0u32, 0i32);
+                check("cuDevicePrimaryCtxGetState", sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active))?;
+                if active == 0 {
+                    check("cuDevicePrimaryCtxSetFlags", sys::cuDevicePrimaryCtxSetFlags_v2(dev, (flags & !SCHED_MASK) | wait))?;
+                } else if flags & SCHED_MASK != wait {
+                    info!(device = ordinal, flags, "the primary context was already active: its way of waiting for the GPU is kept");
+                }
                 check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
             }
             check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
@@ -237,7 +264,7 @@ impl GpuContext {
                     (&mut threshold as *mut u64).cast(),
                 ),
             )?;
-            info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, "CUDA device ready");
+            info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, sched_flags = wait, "CUDA device ready");
             Ok(GpuContext {
                 ordinal,
                 device: dev,
