@@ -49,7 +49,7 @@ pub struct GenArgs {
     pub files: usize,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     gpq::options::parse_size(s).ok_or_else(|| format!("{s:?} is not a size (e.g. 4096, 64k, 7M, 1G)"))
 }
 

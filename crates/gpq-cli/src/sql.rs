@@ -55,6 +55,10 @@ pub struct EngineArgs {
     /// decodes the next (default 1: passes of up to 64 MiB, however few).
     #[arg(long, default_value_t = gpq_datafusion::DEFAULT_GPU_MIN_PASSES)]
     pub min_passes: u64,
+    /// Automatic backend: scans of fewer projected compressed bytes than
+    /// this (after pruning; e.g. 32M) decode on the CPU (default 0: none).
+    #[arg(long, default_value = "0", value_parser = crate::generate::parse_bytes)]
+    pub gpu_min_scan_bytes: u64,
     /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
     /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
     #[arg(long)]
@@ -131,6 +135,7 @@ impl EngineArgs {
             .with_device_filters(!self.no_device_filters)
             .with_late_materialization(self.late_materialization)
             .with_gpu_min_passes(self.min_passes)
+            .with_gpu_min_scan_bytes(self.gpu_min_scan_bytes)
             .with_devices(parse_devices(self.devices.as_deref())?))
     }
 

@@ -58,7 +58,10 @@
 //! - [`Backend::Cpu`]: arrow-rs decodes, with the same bounded read-ahead;
 //!   page-index selections skip pages entirely.
 //! - [`Backend::Auto`]: the GPU when a CUDA device is present, else the CPU;
-//!   the choice is logged and `EXPLAIN` shows it.
+//!   the choice is logged and `EXPLAIN` shows it. With
+//!   [`GpqTableOptions::gpu_min_scan_bytes`] set, scans of fewer projected
+//!   compressed bytes than that decode on the CPU too, where a device
+//!   read's fixed cost per partition outweighs its speed.
 //!
 //! # Why a `TableProvider` and not a `FileFormat`/`FileSource`
 //!
@@ -120,7 +123,7 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 
 pub use exec::GpqScanExec;
-pub use options::{Backend, DEFAULT_GPU_MIN_PASSES, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
+pub use options::{Backend, DEFAULT_GPU_MIN_PASSES, DEFAULT_GPU_MIN_SCAN_BYTES, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
 pub use remote::ScanDevice;
 pub use table::GpqTable;
 pub use units::PruningSummary;

@@ -10,7 +10,8 @@ use gpq::{Error, ReadOptions, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
     /// The GPU when a CUDA device is present, otherwise the CPU; the choice is
-    /// logged (tracing, `info`) and shown in `EXPLAIN`.
+    /// logged (tracing, `info`) and shown in `EXPLAIN`. Scans smaller than
+    /// [`GpqTableOptions::gpu_min_scan_bytes`] decode on the CPU.
     #[default]
     Auto,
     /// Read and decode on the GPU through [`gpq::read_parquet_to_device`],
@@ -58,6 +59,10 @@ pub const DEFAULT_GPU_READ_BYTES: u64 = 64 << 20;
 /// Default of [`GpqTableOptions::gpu_min_passes`].
 pub const DEFAULT_GPU_MIN_PASSES: u64 = 1;
 
+/// Default of [`GpqTableOptions::gpu_min_scan_bytes`]: 0, every scan of
+/// [`Backend::Auto`] goes to the GPU where one can be used.
+pub const DEFAULT_GPU_MIN_SCAN_BYTES: u64 = 0;
+
 /// Options of a [`GpqTable`](super::GpqTable).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpqTableOptions {
@@ -83,6 +88,14 @@ pub struct GpqTableOptions {
     /// 0.16 s), and each batch's copy to the host already overlaps
     /// DataFusion's work chunk by chunk.
     pub gpu_min_passes: u64,
+    /// [`Backend::Auto`]: a scan whose row groups left after pruning hold
+    /// fewer projected compressed bytes than this decodes on the CPU, as
+    /// `EXPLAIN` says (`cpu (auto: ...)`). Each device read has a fixed cost
+    /// (IO tasks, launches, synchronizations, the copy to the host), which a
+    /// small table split over many partitions pays once per partition, while
+    /// arrow-rs decodes it in a few milliseconds a partition. 0 (the
+    /// default): no scan is too small for the GPU. [`Backend::Gpu`] ignores it.
+    pub gpu_min_scan_bytes: u64,
     /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
     /// encodings the kernels lack), logged and counted in the
     /// `gpu_fallback_row_groups` metric; when false such a scan fails with
@@ -141,6 +154,7 @@ impl Default for GpqTableOptions {
             page_index: true,
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_min_passes: DEFAULT_GPU_MIN_PASSES,
+            gpu_min_scan_bytes: DEFAULT_GPU_MIN_SCAN_BYTES,
             gpu_fallback: true,
             device_filters: true,
             late_materialization: false,
@@ -187,6 +201,13 @@ impl GpqTableOptions {
     /// (see [`GpqTableOptions::gpu_min_passes`]).
     pub fn with_gpu_min_passes(mut self, passes: u64) -> Self {
         self.gpu_min_passes = passes.max(1);
+        self
+    }
+
+    /// Sets the projected compressed bytes under which a scan of
+    /// [`Backend::Auto`] decodes on the CPU (see [`GpqTableOptions::gpu_min_scan_bytes`]).
+    pub fn with_gpu_min_scan_bytes(mut self, bytes: u64) -> Self {
+        self.gpu_min_scan_bytes = bytes;
         self
     }
 

@@ -68,7 +68,7 @@ use crate::file::{FileStamp, GpqFile, fit_to_table};
 use crate::filter::ScanFilter;
 use crate::options::{Backend, GpqTableOptions};
 use crate::pruning::pushed_predicate;
-use crate::table::{GpqTable, resolve_backend};
+use crate::table::{GpqTable, resolve_backend, route_small_scan};
 use crate::to_df_error;
 use crate::units::{PruningSummary, ScanUnit};
 
@@ -406,6 +406,7 @@ impl ScanSpec {
             },
             _ => resolve_backend(&options, &files, &self.read_columns)?,
         };
+        let (backend, backend_note) = route_small_scan(&options, (backend, backend_note), partitions.iter().flatten());
         if backend != ScanBackend::from(self.backend) {
             debug!(planned = %self.backend_note, here = %backend_note, "gpq scan: backend resolved where it is decoded");
         }
@@ -667,6 +668,8 @@ struct OptionsSpec {
     gpu_read_bytes: u64,
     #[serde(default = "default_min_passes")]
     gpu_min_passes: u64,
+    #[serde(default)]
+    gpu_min_scan_bytes: u64,
     gpu_fallback: bool,
     device_filters: bool,
     late_materialization: bool,
@@ -684,6 +687,7 @@ impl From<&GpqTableOptions> for OptionsSpec {
             page_index,
             gpu_read_bytes,
             gpu_min_passes,
+            gpu_min_scan_bytes,
             gpu_fallback,
             device_filters,
             late_materialization,
@@ -698,6 +702,7 @@ impl From<&GpqTableOptions> for OptionsSpec {
             page_index: *page_index,
             gpu_read_bytes: *gpu_read_bytes,
             gpu_min_passes: *gpu_min_passes,
+            gpu_min_scan_bytes: *gpu_min_scan_bytes,
             gpu_fallback: *gpu_fallback,
             device_filters: *device_filters,
             late_materialization: *late_materialization,
@@ -717,6 +722,7 @@ impl From<OptionsSpec> for GpqTableOptions {
             page_index,
             gpu_read_bytes,
             gpu_min_passes,
+            gpu_min_scan_bytes,
             gpu_fallback,
             device_filters,
             late_materialization,
@@ -731,6 +737,7 @@ impl From<OptionsSpec> for GpqTableOptions {
             page_index,
             gpu_read_bytes,
             gpu_min_passes,
+            gpu_min_scan_bytes,
             gpu_fallback,
             device_filters,
             late_materialization,

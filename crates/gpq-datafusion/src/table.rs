@@ -277,6 +277,30 @@ pub(crate) fn resolve_backend(options: &GpqTableOptions, files: &[GpqFile], colu
     ))
 }
 
+/// `Backend::Auto`'s choice for a scan resolved to the GPU: the CPU where
+/// the row groups it reads (`units`, all partitions) hold fewer projected
+/// compressed bytes than [`GpqTableOptions::gpu_min_scan_bytes`].
+pub(crate) fn route_small_scan<'u>(
+    options: &GpqTableOptions,
+    (backend, note): (ScanBackend, String),
+    units: impl Iterator<Item = &'u ScanUnit>,
+) -> (ScanBackend, String) {
+    if options.backend != Backend::Auto || backend != ScanBackend::Gpu || options.gpu_min_scan_bytes == 0 {
+        return (backend, note);
+    }
+    let bytes: u64 = units.map(|u| u.bytes).sum();
+    if bytes >= options.gpu_min_scan_bytes {
+        return (backend, note);
+    }
+    let why = format!(
+        "{:.1} MiB of projected compressed bytes, under gpu_min_scan_bytes ({:.1} MiB)",
+        bytes as f64 / (1u64 << 20) as f64,
+        options.gpu_min_scan_bytes as f64 / (1u64 << 20) as f64
+    );
+    debug!("gpq scan decodes on the CPU: {why}");
+    (ScanBackend::Cpu, format!("cpu (auto: {why})"))
+}
+
 /// The backend a scheduler records for a scan its executors will resolve
 /// (see [`GpqTable::planned_for_executors`]); nothing here is probed.
 fn planned_for_executors(options: &GpqTableOptions) -> (ScanBackend, String) {
@@ -364,6 +388,11 @@ impl TableProvider for GpqTable {
             self.options.page_index,
             prune_limit,
         );
+        let (backend, backend_note) = if self.for_executors {
+            (backend, backend_note)
+        } else {
+            route_small_scan(&self.options, (backend, backend_note), units.iter())
+        };
         debug!(?pruning, backend = %backend_note, "gpq scan planned");
         let partitions = split_partitions(
             units,
@@ -412,5 +441,33 @@ fn gpu_unsupported(files: &[GpqFile], columns: &[usize]) -> Option<gpq::Error> {
     match gpq::can_decode(&plan) {
         Err(e @ gpq::Error::Unsupported { .. }) => Some(e),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu() -> (ScanBackend, String) {
+        (ScanBackend::Gpu, "gpu (device=0)".into())
+    }
+
+    #[test]
+    fn only_automatic_scans_under_the_threshold_go_to_the_cpu() {
+        let units = [ScanUnit::whole(10, 20 << 20), ScanUnit::whole(10, 11 << 20)];
+        let auto = GpqTableOptions::new().with_gpu_min_scan_bytes(32 << 20);
+        let (backend, note) = route_small_scan(&auto, gpu(), units.iter());
+        assert_eq!(backend, ScanBackend::Cpu);
+        assert!(note.starts_with("cpu (auto: 31.0 MiB"), "{note}");
+        // At the threshold, with the option off, or with the GPU asked for: the GPU.
+        assert_eq!(route_small_scan(&auto.clone().with_gpu_min_scan_bytes(31 << 20), gpu(), units.iter()).0, ScanBackend::Gpu);
+        assert_eq!(route_small_scan(&GpqTableOptions::new(), gpu(), units.iter()).0, ScanBackend::Gpu);
+        let forced = auto.clone().with_backend(Backend::Gpu);
+        assert_eq!(route_small_scan(&forced, gpu(), units.iter()), gpu());
+        // A scan already on the CPU stays there with its own reason.
+        let cpu = (ScanBackend::Cpu, "cpu (auto: no CUDA device)".to_string());
+        assert_eq!(route_small_scan(&auto, cpu.clone(), units.iter()), cpu);
+        // Nothing left after pruning is under any threshold.
+        assert_eq!(route_small_scan(&auto, gpu(), [].iter()).0, ScanBackend::Cpu);
     }
 }
