@@ -277,7 +277,8 @@ stage_tpch_bench() {
   if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
   cat "$d"/*.parquet > /dev/null
   compare=(--compare-device-filters); [ "${TPCH_FILTERS:-1}" = 0 ] && compare=()
-  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend gpu "${compare[@]}" 2>&1 | tee "$OUT/tpch-sf10.md" | tail -30 | tee -a "$summary"
+  # TPCH_BACKEND: auto (the default: scans under gpu_min_scan_bytes on the CPU) or gpu (every scan on the GPU).
+  gpq bench tpch --data "$d" --repeat "${TPCH_REPEAT:-3}" --backend "${TPCH_BACKEND:-auto}" "${compare[@]}" 2>&1 | tee "$OUT/tpch-sf10-${TPCH_BACKEND:-auto}.md" | tail -30 | tee -a "$summary"
   note "tpch-bench: rc=${PIPESTATUS[0]}"
 }
 

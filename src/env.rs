@@ -19,7 +19,7 @@
 //! | `GPQ_NVCOMP_WORKER` | path of the `gpq-nvcomp-worker` executable that runs nvCOMP on unchecked (ZSTD, GZIP) pages in a process of its own; `off` turns it off | beside the running executable or in its parent folder |
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
-//! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in a context gpq activates: `blocking` (sleep until the driver wakes them), `spin`, `yield` or `auto` (the driver's default: spin while the process has fewer contexts than cores); a primary context another library activated first keeps its own setting | `blocking` |
+//! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in a context gpq activates: `auto` (the driver's default: spin while the process has fewer contexts than cores), `spin`, `yield` or `blocking` (sleep until the driver wakes them); a primary context another library activated first keeps its own setting | `auto` |
 //! | `GPQ_FOOTER_CACHE=0` | decode every file's footer on every read, instead of keeping decoded footers for the next read of a file whose footer bytes are unchanged (see [`crate::clear_footer_cache`]) | on |
 //!
 //! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
@@ -195,17 +195,18 @@ pub(crate) enum CudaWait {
     Blocking,
 }
 
-/// `GPQ_CUDA_WAIT`, else [`CudaWait::Blocking`]: the threads that wait for
-/// the GPU share the cores with the query engine that consumes the columns,
-/// and spinning threads (one per partition, IO thread and copy) take cores
-/// from it.
+/// `GPQ_CUDA_WAIT`, else [`CudaWait::Auto`]. Blocking frees the cores that
+/// waiting threads would spin on for the query engine beside the reader,
+/// but wakes them late when those cores are busy: in DataFusion over TPC-H
+/// SF10 lineitem on an H100 (BENCHMARKS.md section 12.2) it made q6 faster
+/// (0.19 to 0.12 s) and q1, which keeps every core busy, slower (0.72 to 0.90 s).
 pub(crate) fn cuda_wait() -> Result<CudaWait> {
     parse_cuda_wait(var("GPQ_CUDA_WAIT").as_deref())
 }
 
 fn parse_cuda_wait(v: Option<&str>) -> Result<CudaWait> {
     match v.map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(CudaWait::Blocking),
+        None => Ok(CudaWait::Auto),
         Some(w) => match w.as_str() {
             "blocking" | "block" => Ok(CudaWait::Blocking),
             "spin" => Ok(CudaWait::Spin),
@@ -246,8 +247,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cuda_wait_defaults_to_blocking_and_refuses_unknown_words() {
-        assert_eq!(parse_cuda_wait(None).unwrap(), CudaWait::Blocking);
+    fn cuda_wait_defaults_to_the_drivers_choice_and_refuses_unknown_words() {
+        assert_eq!(parse_cuda_wait(None).unwrap(), CudaWait::Auto);
+        assert_eq!(parse_cuda_wait(Some("blocking")).unwrap(), CudaWait::Blocking);
         assert_eq!(parse_cuda_wait(Some(" Spin ")).unwrap(), CudaWait::Spin);
         assert_eq!(parse_cuda_wait(Some("yield")).unwrap(), CudaWait::Yield);
         assert_eq!(parse_cuda_wait(Some("auto")).unwrap(), CudaWait::Auto);

@@ -92,8 +92,8 @@ fn wait_flags() -> u32 {
     use crate::env::CudaWait;
     use sys::CUctx_flags::*;
     let wait = crate::env::cuda_wait().unwrap_or_else(|e| {
-        tracing::warn!("{e}; threads block while they wait for the GPU");
-        CudaWait::Blocking
+        tracing::warn!("{e}; the driver chooses how threads wait for the GPU");
+        CudaWait::Auto
     });
     (match wait {
         CudaWait::Auto => CU_CTX_SCHED_AUTO,

@@ -66,8 +66,9 @@ async fn tpch_on_gpu_executors(emulated: bool) {
     let state = || SessionStateBuilder::new().with_default_features().with_config(config.clone()).build();
     let url = start_standalone_cluster_on(&state(), &devices).await.unwrap();
     let cluster = remote_context(&url, state()).await.unwrap();
-    // Automatic backend, no CPU fallback: a scan passes only on the GPU.
-    queries::register_tables(&cluster, &dir, &TableSource::Gpq(GpqTableOptions::new().with_gpu_fallback(false))).await.unwrap();
+    // Automatic backend, no scan too small for the GPU, no CPU fallback: a scan passes only on the GPU.
+    let options = GpqTableOptions::new().with_gpu_min_scan_bytes(0).with_gpu_fallback(false);
+    queries::register_tables(&cluster, &dir, &TableSource::Gpq(options)).await.unwrap();
     let builtin = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(PARTITIONS));
     queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
 

@@ -59,9 +59,13 @@ pub const DEFAULT_GPU_READ_BYTES: u64 = 64 << 20;
 /// Default of [`GpqTableOptions::gpu_min_passes`].
 pub const DEFAULT_GPU_MIN_PASSES: u64 = 1;
 
-/// Default of [`GpqTableOptions::gpu_min_scan_bytes`]: 0, every scan of
-/// [`Backend::Auto`] goes to the GPU where one can be used.
-pub const DEFAULT_GPU_MIN_SCAN_BYTES: u64 = 0;
+/// Default of [`GpqTableOptions::gpu_min_scan_bytes`]: 128 MiB. Of the
+/// thresholds tried on TPC-H SF10 at 16 partitions on an H100 (32, 64 and
+/// 128 MiB; BENCHMARKS.md section 12.2) it made the small-table queries
+/// fastest: q2, q11, q16 and q22 as fast as arrow-rs alone (their GPU scans
+/// took 2x to 4x longer), q12 faster than either backend alone (its
+/// lineitem scan on the GPU, orders on the CPU).
+pub const DEFAULT_GPU_MIN_SCAN_BYTES: u64 = 128 << 20;
 
 /// Options of a [`GpqTable`](super::GpqTable).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,8 +97,9 @@ pub struct GpqTableOptions {
     /// `EXPLAIN` says (`cpu (auto: ...)`). Each device read has a fixed cost
     /// (IO tasks, launches, synchronizations, the copy to the host), which a
     /// small table split over many partitions pays once per partition, while
-    /// arrow-rs decodes it in a few milliseconds a partition. 0 (the
-    /// default): no scan is too small for the GPU. [`Backend::Gpu`] ignores it.
+    /// arrow-rs decodes it in a few milliseconds a partition. Default
+    /// [`DEFAULT_GPU_MIN_SCAN_BYTES`]; 0: no scan is too small for the GPU.
+    /// [`Backend::Gpu`] ignores it.
     pub gpu_min_scan_bytes: u64,
     /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
     /// encodings the kernels lack), logged and counted in the

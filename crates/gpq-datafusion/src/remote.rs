@@ -668,7 +668,7 @@ struct OptionsSpec {
     gpu_read_bytes: u64,
     #[serde(default = "default_min_passes")]
     gpu_min_passes: u64,
-    #[serde(default)]
+    #[serde(default = "default_min_scan_bytes")]
     gpu_min_scan_bytes: u64,
     gpu_fallback: bool,
     device_filters: bool,
@@ -752,6 +752,11 @@ impl From<OptionsSpec> for GpqTableOptions {
 /// What a plan serialized before `gpu_min_passes` existed gets.
 fn default_min_passes() -> u64 {
     crate::options::DEFAULT_GPU_MIN_PASSES
+}
+
+/// What a plan serialized before `gpu_min_scan_bytes` existed gets.
+fn default_min_scan_bytes() -> u64 {
+    crate::options::DEFAULT_GPU_MIN_SCAN_BYTES
 }
 
 /// [`Backend`], serialized.

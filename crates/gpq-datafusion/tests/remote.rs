@@ -315,7 +315,8 @@ async fn executors_resolve_the_backend_and_apply_planned_filters() {
     let local = context();
     register_gpq(&local, "t", &path, cpu()).unwrap();
     let scheduler = context();
-    let table = GpqTable::try_new(&path, GpqTableOptions::new()).unwrap().planned_for_executors();
+    // Automatic backend, no scan too small for the GPU.
+    let table = GpqTable::try_new(&path, GpqTableOptions::new().with_gpu_min_scan_bytes(0)).unwrap().planned_for_executors();
     assert!(table.is_planned_for_executors());
     scheduler.register_table("t", Arc::new(table)).unwrap();
 

@@ -421,7 +421,14 @@ async fn auto_backend_picks_and_shows_the_decoder() {
     let text = pretty_format_batches(&explain).unwrap().to_string();
     assert!(text.contains("GpqScanExec: backend="), "{text}");
     if gpq::cuda::device_available() {
-        assert!(scan.uses_gpu(), "{}", scan.backend());
+        // A file of a few KiB is under the default gpu_min_scan_bytes.
+        assert!(!scan.uses_gpu(), "{}", scan.backend());
+        assert!(scan.backend().starts_with("cpu (auto: ") && scan.backend().contains("gpu_min_scan_bytes"), "{}", scan.backend());
+        assert!(text.contains("backend=cpu (auto: "), "{text}");
+        let (_, any_size) = both(&path, GpqTableOptions::new().with_gpu_min_scan_bytes(0)).await;
+        let (batches, scans) = run_with_scans(&any_size, q).await;
+        assert_same_rows(q, &sql(&builtin, q).await, &batches);
+        assert!(gpq_scan(&scans[0]).uses_gpu(), "{}", gpq_scan(&scans[0]).backend());
     } else {
         assert_eq!(scan.backend(), "cpu (auto: no CUDA device)");
         assert!(text.contains("backend=cpu (auto: no CUDA device)"), "{text}");
