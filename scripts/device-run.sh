@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .device/<bundle>/run.sh by scripts/device-test.sh).
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
-#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-explain tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
+#           verify-sf10 suite criterion tpch-bench tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
@@ -360,6 +360,33 @@ stage_tpch_explain() {
   for b in gpu cpu; do
     explain "$b-small" explain-small.log gpq tpch --data "$d" --backend "$b" --query 2,2,16,16,22,22
   done
+}
+
+stage_tpch_cpu_time() {
+  # Issue 15, q1: does the GPU backend leave cores idle, or does something of gpq's keep
+  # them busy? q1 over SF10 lineitem six times in one process (the first cold), with the
+  # process's user and system CPU seconds beside its wall time, for the CPU backend, the GPU
+  # backend (one pass, 4 passes, blocking waits, 8 and 32 partitions). 16 cores x wall
+  # time against user + system time says how busy the cores were.
+  d=$data/suite/default
+  if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
+  local l=$data/explain; mkdir -p "$l"; ln -sf "$d/lineitem.parquet" "$l/lineitem.parquet"
+  cat "$l/lineitem.parquet" > /dev/null
+  local q; q=$(gpq_tpch_query 1)
+  local all="$q; $q; $q; $q; $q; $q"
+  cpu_time() {  # NAME ENV... -- ARGS...
+    local name=$1; shift
+    local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+    env "${envs[@]}" /usr/bin/time -f "cpu-time $name: user %U s, system %S s, wall %e s" timeout 120 gpq sql --data "$l" "$@" "$all" > "$OUT/cpu-time.tmp" 2>&1
+    note "$(grep '^cpu-time' "$OUT/cpu-time.tmp") | runs: $(grep -E ' rows in ' "$OUT/cpu-time.tmp" | sed 's/.* rows in //' | tr '\n' ' ')"
+  }
+  cpu_time cpu GPQ_X=1 -- --backend cpu
+  cpu_time gpu GPQ_X=1 -- --backend gpu
+  cpu_time gpu-4-passes GPQ_X=1 -- --backend gpu --min-passes 4
+  cpu_time gpu-blocking GPQ_CUDA_WAIT=blocking -- --backend gpu
+  cpu_time gpu-8-partitions GPQ_X=1 -- --backend gpu --partitions 8
+  cpu_time gpu-32-partitions GPQ_X=1 -- --backend gpu --partitions 32
+  rm -f "$OUT/cpu-time.tmp"
 }
 
 # TPC-H query N's text as gpq's benchmarks run it (q1 and q6 have one statement).
