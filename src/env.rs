@@ -19,7 +19,7 @@
 //! | `GPQ_NVCOMP_WORKER` | path of the `gpq-nvcomp-worker` executable that runs nvCOMP on unchecked (ZSTD, GZIP) pages in a process of its own; `off` turns it off | beside the running executable or in its parent folder |
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
-//! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in a context gpq activates: `auto` (the driver's default: spin while the process has fewer contexts than cores), `spin`, `yield` or `blocking` (sleep until the driver wakes them); a primary context another library activated first keeps its own setting | `auto` |
+//! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in the contexts gpq uses: `auto` (the driver's heuristic: spin while the process has fewer contexts than cores), `spin`, `yield` or `blocking` (sleep until the driver wakes them); set on the device's primary context whenever gpq takes it, also where another library made it first | unset: the primary context's flags are left as they are (the driver's `auto` unless the application chose) |
 //! | `GPQ_FOOTER_CACHE=0` | decode every file's footer on every read, instead of keeping decoded footers for the next read of a file whose footer bytes are unchanged (see [`crate::clear_footer_cache`]) | on |
 //!
 //! gpq also looks at whether `CUFILE_ENV_PATH_JSON` (cuFile's own
@@ -195,25 +195,23 @@ pub(crate) enum CudaWait {
     Blocking,
 }
 
-/// `GPQ_CUDA_WAIT`, else [`CudaWait::Auto`]. Blocking frees the cores that
+/// `GPQ_CUDA_WAIT`, `None` where unset (the context's flags are then left
+/// as they are). Blocking frees the cores that
 /// waiting threads would spin on for the query engine beside the reader,
 /// but wakes them late when those cores are busy: in DataFusion over TPC-H
 /// SF10 lineitem on an H100 (BENCHMARKS.md section 12.2) it made q6 faster
 /// (0.19 to 0.12 s) and q1, which keeps every core busy, slower (0.72 to 0.90 s).
-pub(crate) fn cuda_wait() -> Result<CudaWait> {
-    parse_cuda_wait(var("GPQ_CUDA_WAIT").as_deref())
+pub(crate) fn cuda_wait() -> Result<Option<CudaWait>> {
+    var("GPQ_CUDA_WAIT").map(|v| parse_cuda_wait(&v)).transpose()
 }
 
-fn parse_cuda_wait(v: Option<&str>) -> Result<CudaWait> {
-    match v.map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(CudaWait::Auto),
-        Some(w) => match w.as_str() {
-            "blocking" | "block" => Ok(CudaWait::Blocking),
-            "spin" => Ok(CudaWait::Spin),
-            "yield" => Ok(CudaWait::Yield),
-            "auto" => Ok(CudaWait::Auto),
-            _ => Err(invalid("GPQ_CUDA_WAIT", &w, "blocking, spin, yield or auto")),
-        },
+fn parse_cuda_wait(v: &str) -> Result<CudaWait> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "blocking" | "block" => Ok(CudaWait::Blocking),
+        "spin" => Ok(CudaWait::Spin),
+        "yield" => Ok(CudaWait::Yield),
+        "auto" => Ok(CudaWait::Auto),
+        _ => Err(invalid("GPQ_CUDA_WAIT", v, "blocking, spin, yield or auto")),
     }
 }
 
@@ -247,13 +245,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cuda_wait_defaults_to_the_drivers_choice_and_refuses_unknown_words() {
-        assert_eq!(parse_cuda_wait(None).unwrap(), CudaWait::Auto);
-        assert_eq!(parse_cuda_wait(Some("blocking")).unwrap(), CudaWait::Blocking);
-        assert_eq!(parse_cuda_wait(Some(" Spin ")).unwrap(), CudaWait::Spin);
-        assert_eq!(parse_cuda_wait(Some("yield")).unwrap(), CudaWait::Yield);
-        assert_eq!(parse_cuda_wait(Some("auto")).unwrap(), CudaWait::Auto);
-        assert!(parse_cuda_wait(Some("busy")).unwrap_err().to_string().contains("GPQ_CUDA_WAIT"));
+    fn cuda_wait_takes_four_words_and_refuses_the_rest() {
+        assert_eq!(parse_cuda_wait("blocking").unwrap(), CudaWait::Blocking);
+        assert_eq!(parse_cuda_wait(" Spin ").unwrap(), CudaWait::Spin);
+        assert_eq!(parse_cuda_wait("yield").unwrap(), CudaWait::Yield);
+        assert_eq!(parse_cuda_wait("auto").unwrap(), CudaWait::Auto);
+        assert!(parse_cuda_wait("busy").unwrap_err().to_string().contains("GPQ_CUDA_WAIT"));
     }
 
     #[test]

@@ -87,20 +87,20 @@ const EMULATED_MEMORY: u64 = 8 << 30;
 /// The scheduling bits of a context's flags.
 const SCHED_MASK: u32 = sys::CUctx_flags::CU_CTX_SCHED_MASK as u32;
 
-/// The scheduling flag of the contexts gpq activates, from `GPQ_CUDA_WAIT`.
-fn wait_flags() -> u32 {
+/// The scheduling flag `GPQ_CUDA_WAIT` asks for, if it is set (and valid).
+fn wait_flags() -> Option<u32> {
     use crate::env::CudaWait;
     use sys::CUctx_flags::*;
     let wait = crate::env::cuda_wait().unwrap_or_else(|e| {
-        tracing::warn!("{e}; the driver chooses how threads wait for the GPU");
-        CudaWait::Auto
-    });
-    (match wait {
+        tracing::warn!("{e}; the context's way of waiting for the GPU is left as it is");
+        None
+    })?;
+    Some(match wait {
         CudaWait::Auto => CU_CTX_SCHED_AUTO,
         CudaWait::Spin => CU_CTX_SCHED_SPIN,
         CudaWait::Yield => CU_CTX_SCHED_YIELD,
         CudaWait::Blocking => CU_CTX_SCHED_BLOCKING_SYNC,
-    }) as u32
+    } as u32)
 }
 
 /// Loads the driver library and initialises it once; returns the device count.
@@ -222,14 +222,18 @@ impl GpuContext {
             let owned = primary_wedged(ordinal);
             let wait = wait_flags();
             if owned {
-                check("cuCtxCreate", sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), wait, dev))?;
+                check("cuCtxCreate", sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), wait.unwrap_or(0), dev))?;
             } else {
-                let (mut flags, mut active) = (0u32, 0i32);
-                check("cuDevicePrimaryCtxGetState", sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active))?;
-                if active == 0 {
-                    check("cuDevicePrimaryCtxSetFlags", sys::cuDevicePrimaryCtxSetFlags_v2(dev, (flags & !SCHED_MASK) | wait))?;
-                } else if flags & SCHED_MASK != wait {
-                    info!(device = ordinal, flags, "the primary context was already active: its way of waiting for the GPU is kept");
+                // Applied each time the context is taken, so also after a reset of a lost one.
+                if let Some(wait) = wait {
+                    let (mut flags, mut active) = (0u32, 0i32);
+                    check("cuDevicePrimaryCtxGetState", sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active))?;
+                    if flags & SCHED_MASK != wait {
+                        let r = sys::cuDevicePrimaryCtxSetFlags_v2(dev, (flags & !SCHED_MASK) | wait);
+                        if let Err(e) = check("cuDevicePrimaryCtxSetFlags", r) {
+                            tracing::warn!(device = ordinal, active, "GPQ_CUDA_WAIT not applied: {e}");
+                        }
+                    }
                 }
                 check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
             }
@@ -264,7 +268,7 @@ impl GpuContext {
                     (&mut threshold as *mut u64).cast(),
                 ),
             )?;
-            info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, sched_flags = wait, "CUDA device ready");
+            info!(device = ordinal, %name, cc = format!("{major}.{minor}"), sm_count, total, sched_flags = ?wait, "CUDA device ready");
             Ok(GpuContext {
                 ordinal,
                 device: dev,

@@ -104,7 +104,8 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
     eprintln!("executors: {devices:?}");
     let url = start_standalone_cluster_on(&state(), &devices).await.unwrap();
     let cluster = remote_context(&url, state()).await.unwrap();
-    let auto = GpqTableOptions::new();
+    // Automatic backend, no scan too small for the GPU (so that executors bound to GPUs decode every scan there).
+    let auto = GpqTableOptions::new().with_gpu_min_scan_bytes(0);
     queries::register_tables(&cluster, &dir, &TableSource::Gpq(auto.clone())).await.unwrap();
     let cluster_builtin = remote_context(&url, state()).await.unwrap();
     queries::register_tables(&cluster_builtin, &dir, &TableSource::Parquet).await.unwrap();

@@ -56,10 +56,9 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = gpq_datafusion::DEFAULT_GPU_MIN_PASSES)]
     pub min_passes: u64,
     /// Automatic backend: scans of fewer projected compressed bytes than
-    /// this (after pruning; e.g. 32M, or 0 for none) decode on the CPU
-    /// (default 128M).
-    #[arg(long, value_parser = crate::generate::parse_bytes)]
-    pub gpu_min_scan_bytes: Option<u64>,
+    /// this (after pruning; e.g. 32M, or 0 for none) decode on the CPU.
+    #[arg(long, default_value_t = gpq_datafusion::DEFAULT_GPU_MIN_SCAN_BYTES, value_parser = crate::generate::parse_bytes)]
+    pub gpu_min_scan_bytes: u64,
     /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
     /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
     #[arg(long)]
@@ -129,12 +128,9 @@ pub struct TpchBenchArgs {
 impl EngineArgs {
     fn table_options(&self) -> gpq::Result<GpqTableOptions> {
         let read = crate::read_options(self.io.as_deref(), None, self.decompress.as_deref())?;
-        let mut options = GpqTableOptions::new();
-        if let Some(bytes) = self.gpu_min_scan_bytes {
-            options = options.with_gpu_min_scan_bytes(bytes);
-        }
-        Ok(options
+        Ok(GpqTableOptions::new()
             .with_backend(self.backend.parse::<Backend>()?)
+            .with_gpu_min_scan_bytes(self.gpu_min_scan_bytes)
             .with_read_options(read)
             .with_page_index(!self.no_page_index)
             .with_device_filters(!self.no_device_filters)

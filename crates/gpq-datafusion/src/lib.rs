@@ -58,10 +58,10 @@
 //! - [`Backend::Cpu`]: arrow-rs decodes, with the same bounded read-ahead;
 //!   page-index selections skip pages entirely.
 //! - [`Backend::Auto`]: the GPU when a CUDA device is present, else the CPU;
-//!   the choice is logged and `EXPLAIN` shows it. With
-//!   [`GpqTableOptions::gpu_min_scan_bytes`] set, scans of fewer projected
-//!   compressed bytes than that decode on the CPU too, where a device
-//!   read's fixed cost per partition outweighs its speed.
+//!   the choice is logged and `EXPLAIN` shows it. Scans of fewer projected
+//!   compressed bytes than [`GpqTableOptions::gpu_min_scan_bytes`] (128 MiB
+//!   by default) decode on the CPU too, where a device read's fixed cost
+//!   per partition outweighs its speed.
 //!
 //! # Why a `TableProvider` and not a `FileFormat`/`FileSource`
 //!

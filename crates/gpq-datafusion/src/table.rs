@@ -459,9 +459,11 @@ mod tests {
         let (backend, note) = route_small_scan(&auto, gpu(), units.iter());
         assert_eq!(backend, ScanBackend::Cpu);
         assert!(note.starts_with("cpu (auto: 31.0 MiB"), "{note}");
+        // The default threshold (128 MiB) takes it to the CPU too.
+        assert_eq!(route_small_scan(&GpqTableOptions::new(), gpu(), units.iter()).0, ScanBackend::Cpu);
         // At the threshold, with the option off, or with the GPU asked for: the GPU.
         assert_eq!(route_small_scan(&auto.clone().with_gpu_min_scan_bytes(31 << 20), gpu(), units.iter()).0, ScanBackend::Gpu);
-        assert_eq!(route_small_scan(&GpqTableOptions::new(), gpu(), units.iter()).0, ScanBackend::Gpu);
+        assert_eq!(route_small_scan(&GpqTableOptions::new().with_gpu_min_scan_bytes(0), gpu(), units.iter()).0, ScanBackend::Gpu);
         let forced = auto.clone().with_backend(Backend::Gpu);
         assert_eq!(route_small_scan(&forced, gpu(), units.iter()), gpu());
         // A scan already on the CPU stays there with its own reason.
