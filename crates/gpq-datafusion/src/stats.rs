@@ -4,7 +4,9 @@
 //! them for estimates), and the output's size in bytes the way DataFusion's
 //! own Parquet scan puts it: rows times the widths of fixed-width columns
 //! (exact where the rows are), plus the footers' uncompressed sizes of the
-//! other columns' chunks (inexact). Planners choose joins by that size:
+//! other columns' chunks (inexact), per column (`byte_size`, from which
+//! joins and projections above the scan estimate their own output's size)
+//! and in total. Planners choose joins by that size:
 //! Ballista's adaptive joins broadcast a side under a byte threshold, and
 //! without a size they fell back to a row threshold and shuffled both
 //! sides where the built-in scan's plan broadcast one (TPC-H q7 at SF1 ran
@@ -58,7 +60,13 @@ pub(crate) fn statistics<'a>(
         }
     }
     let limited = fetch.is_some();
-    let column_statistics = columns
+    // The scan's own filters keep an unknown part of the rows.
+    let num_rows = match num_rows {
+        Some(n) if filtered => Precision::Inexact(n),
+        Some(n) => Precision::Exact(n),
+        None => Precision::Absent,
+    };
+    let column_statistics: Vec<ColumnStatistics> = columns
         .iter()
         .map(|&c| {
             let name = table_schema.field(c).name();
@@ -89,42 +97,32 @@ pub(crate) fn statistics<'a>(
             if selected || limited || filtered {
                 stats.null_count = stats.null_count.to_inexact();
             }
+            // Joins and projections above the scan estimate their output size from these.
+            stats.byte_size = column_bytes(files, table_schema, c, &all_units, &num_rows);
             stats
         })
         .collect();
-    // The scan's own filters keep an unknown part of the rows.
-    let num_rows = match num_rows {
-        Some(n) if filtered => Precision::Inexact(n),
-        Some(n) => Precision::Exact(n),
-        None => Precision::Absent,
-    };
-    let total_byte_size = output_bytes(files, table_schema, columns, &all_units, &num_rows);
+    let total_byte_size = output_bytes(&column_statistics);
     Statistics { num_rows, total_byte_size, column_statistics }
 }
 
-/// The size of the scan's output (see the module docs): `num_rows` times
-/// the widths of the fixed-width `columns`, plus, for the others, the
-/// uncompressed sizes of their chunks in `units` (scaled to the rows the
-/// units keep, and to `num_rows` where a limit cuts them). `Absent` where a
-/// size is unknown, negative or overflows.
-fn output_bytes(files: &[GpqFile], table_schema: &SchemaRef, columns: &[usize], units: &[&ScanUnit], num_rows: &Precision<usize>) -> Precision<usize> {
-    let (fixed, variable): (Vec<usize>, Vec<usize>) = columns.iter().partition(|&&c| table_schema.field(c).data_type().primitive_width().is_some());
-    let width = fixed.iter().try_fold(0usize, |acc, &c| acc.checked_add(table_schema.field(c).data_type().primitive_width()?));
-    let Some(width) = width else { return Precision::Absent };
-    let fixed_bytes = num_rows.multiply(&Precision::Exact(width));
-    if variable.is_empty() {
-        return fixed_bytes;
+/// The size of column `c` in the scan's output (see the module docs):
+/// `num_rows` times its width where it has a fixed width, else the
+/// uncompressed sizes of its chunks in `units` (scaled to the rows the units
+/// keep, and to `num_rows` where a limit cuts them). `Absent` where a size
+/// is unknown, negative or overflows.
+fn column_bytes(files: &[GpqFile], table_schema: &SchemaRef, c: usize, units: &[&ScanUnit], num_rows: &Precision<usize>) -> Precision<usize> {
+    if let Some(width) = table_schema.field(c).data_type().primitive_width() {
+        return num_rows.multiply(&Precision::Exact(width));
     }
-    // The other columns: their chunks' uncompressed bytes, for the rows kept.
     let mut bytes = 0u128;
     let mut unit_rows = 0u128;
     for u in units {
         let Some(file) = files.get(u.file) else { return Precision::Absent };
         let Some(rg) = file.metadata().row_groups().get(u.row_group) else { return Precision::Absent };
         let mut chunks = 0u128;
-        for &c in &variable {
-            // A column the file lacks reads as nulls: no bytes of its own.
-            let Some(leaves) = file.roots.get(c).and_then(|&r| file.root_leaves.get(r)) else { continue };
+        // A column the file lacks reads as nulls: no bytes of its own.
+        if let Some(leaves) = file.roots.get(c).and_then(|&r| file.root_leaves.get(r)) {
             for &leaf in leaves {
                 let Some(size) = rg.columns().get(leaf).and_then(|chunk| u64::try_from(chunk.uncompressed_size()).ok()) else { return Precision::Absent };
                 chunks += u128::from(size);
@@ -138,10 +136,17 @@ fn output_bytes(files: &[GpqFile], table_schema: &SchemaRef, columns: &[usize], 
     {
         bytes = bytes * rows as u128 / unit_rows;
     }
-    match (fixed_bytes.get_value(), usize::try_from(bytes)) {
-        (Some(&f), Ok(v)) => f.checked_add(v).map_or(Precision::Absent, Precision::Inexact),
-        _ => Precision::Absent,
-    }
+    usize::try_from(bytes).map_or(Precision::Absent, Precision::Inexact)
+}
+
+/// The sum of the columns' sizes: exact where every one is, `Absent` where
+/// one is unknown or the sum overflows.
+fn output_bytes(columns: &[ColumnStatistics]) -> Precision<usize> {
+    columns.iter().try_fold(Precision::Exact(0usize), |acc, c| {
+        let sum = acc.get_value()?.checked_add(*c.byte_size.get_value()?)?;
+        Some(if acc.is_exact() == Some(true) && c.byte_size.is_exact() == Some(true) { Precision::Exact(sum) } else { Precision::Inexact(sum) })
+    })
+    .unwrap_or(Precision::Absent)
 }
 
 /// The sum of `values`, `None` if it overflows.
