@@ -363,29 +363,34 @@ stage_tpch_explain() {
 }
 
 stage_tpch_cpu_time() {
-  # Issue 15, q1: does the GPU backend leave cores idle, or does something of gpq's keep
-  # them busy? q1 over SF10 lineitem six times in one process (the first cold), with the
-  # process's user and system CPU seconds beside its wall time, for the CPU backend, the GPU
-  # backend (one pass, 4 passes, blocking waits, 8 and 32 partitions). 16 cores x wall
-  # time against user + system time says how busy the cores were.
+  # Issue 15, q1 and q6: does the GPU backend leave cores idle, or does something of gpq's
+  # keep them busy? Each query six times in one process (the first cold), with the
+  # process's user and system CPU seconds beside its wall time: CPU backend; GPU with one
+  # pass, 4 passes, blocking waits, 8 and 32 partitions, and GPU scans of at least 64 and
+  # 128 MiB a partition (gpu_min_partition_bytes). 16 cores x wall time against user +
+  # system time says how busy the cores were.
   d=$data/suite/default
   if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
   local l=$data/explain; mkdir -p "$l"; ln -sf "$d/lineitem.parquet" "$l/lineitem.parquet"
   cat "$l/lineitem.parquet" > /dev/null
-  local q; q=$(gpq_tpch_query 1)
-  local all="$q; $q; $q; $q; $q; $q"
   cpu_time() {  # NAME ENV... -- ARGS...
     local name=$1; shift
     local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     env "${envs[@]}" /usr/bin/time -f "cpu-time $name: user %U s, system %S s, wall %e s" timeout 120 gpq sql --data "$l" "$@" "$all" > "$OUT/cpu-time.tmp" 2>&1
     note "$(grep '^cpu-time' "$OUT/cpu-time.tmp") | runs: $(grep -E ' rows in ' "$OUT/cpu-time.tmp" | sed 's/.* rows in //' | tr '\n' ' ')"
   }
-  cpu_time cpu GPQ_X=1 -- --backend cpu
-  cpu_time gpu GPQ_X=1 -- --backend gpu
-  cpu_time gpu-4-passes GPQ_X=1 -- --backend gpu --min-passes 4
-  cpu_time gpu-blocking GPQ_CUDA_WAIT=blocking -- --backend gpu
-  cpu_time gpu-8-partitions GPQ_X=1 -- --backend gpu --partitions 8
-  cpu_time gpu-32-partitions GPQ_X=1 -- --backend gpu --partitions 32
+  local n q all
+  for n in 1 6; do
+    q=$(gpq_tpch_query $n); all="$q; $q; $q; $q; $q; $q"
+    cpu_time q$n-cpu GPQ_X=1 -- --backend cpu
+    cpu_time q$n-gpu GPQ_X=1 -- --backend gpu
+    cpu_time q$n-gpu-4-passes GPQ_X=1 -- --backend gpu --min-passes 4
+    cpu_time q$n-gpu-blocking GPQ_CUDA_WAIT=blocking -- --backend gpu
+    cpu_time q$n-gpu-8-partitions GPQ_X=1 -- --backend gpu --partitions 8
+    cpu_time q$n-gpu-32-partitions GPQ_X=1 -- --backend gpu --partitions 32
+    cpu_time q$n-gpu-64M-a-partition GPQ_X=1 -- --backend gpu --gpu-min-partition-bytes 64M
+    cpu_time q$n-gpu-128M-a-partition GPQ_X=1 -- --backend gpu --gpu-min-partition-bytes 128M
+  done
   rm -f "$OUT/cpu-time.tmp"
 }
 

@@ -59,6 +59,11 @@ pub struct EngineArgs {
     /// this (after pruning; e.g. 32M, or 0 for none) decode on the CPU.
     #[arg(long, default_value_t = gpq_datafusion::DEFAULT_GPU_MIN_SCAN_BYTES, value_parser = crate::generate::parse_bytes)]
     pub gpu_min_scan_bytes: u64,
+    /// GPU backend: cut a scan into no more partitions than it holds this
+    /// many projected compressed bytes (e.g. 64M; default 0: the session's
+    /// partitions).
+    #[arg(long, default_value = "0", value_parser = crate::generate::parse_bytes)]
+    pub gpu_min_partition_bytes: u64,
     /// GPUs the GPU backend spreads partitions over: `all`, or a comma-separated
     /// list of ordinals (default: the one device of GPQ_DEVICE, else 0).
     #[arg(long)]
@@ -131,6 +136,7 @@ impl EngineArgs {
         Ok(GpqTableOptions::new()
             .with_backend(self.backend.parse::<Backend>()?)
             .with_gpu_min_scan_bytes(self.gpu_min_scan_bytes)
+            .with_gpu_min_partition_bytes(self.gpu_min_partition_bytes)
             .with_read_options(read)
             .with_page_index(!self.no_page_index)
             .with_device_filters(!self.no_device_filters)

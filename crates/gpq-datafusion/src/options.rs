@@ -101,6 +101,13 @@ pub struct GpqTableOptions {
     /// [`DEFAULT_GPU_MIN_SCAN_BYTES`]; 0: no scan is too small for the GPU.
     /// [`Backend::Gpu`] ignores it.
     pub gpu_min_scan_bytes: u64,
+    /// GPU backend: a scan is cut into at most as many partitions as it holds
+    /// this many projected compressed bytes (at least one), however many
+    /// the session asks for, so that each device read is large enough to
+    /// pay for its fixed cost; DataFusion spreads the batches over its
+    /// partitions above the scan where that helps. 0 (the default): the
+    /// session's `target_partitions`.
+    pub gpu_min_partition_bytes: u64,
     /// GPU backend: decode on the CPU what the GPU cannot (nested columns,
     /// encodings the kernels lack), logged and counted in the
     /// `gpu_fallback_row_groups` metric; when false such a scan fails with
@@ -160,6 +167,7 @@ impl Default for GpqTableOptions {
             gpu_read_bytes: DEFAULT_GPU_READ_BYTES,
             gpu_min_passes: DEFAULT_GPU_MIN_PASSES,
             gpu_min_scan_bytes: DEFAULT_GPU_MIN_SCAN_BYTES,
+            gpu_min_partition_bytes: 0,
             gpu_fallback: true,
             device_filters: true,
             late_materialization: false,
@@ -213,6 +221,13 @@ impl GpqTableOptions {
     /// [`Backend::Auto`] decodes on the CPU (see [`GpqTableOptions::gpu_min_scan_bytes`]).
     pub fn with_gpu_min_scan_bytes(mut self, bytes: u64) -> Self {
         self.gpu_min_scan_bytes = bytes;
+        self
+    }
+
+    /// Sets the projected compressed bytes a GPU scan's partition holds at
+    /// least (see [`GpqTableOptions::gpu_min_partition_bytes`]).
+    pub fn with_gpu_min_partition_bytes(mut self, bytes: u64) -> Self {
+        self.gpu_min_partition_bytes = bytes;
         self
     }
 

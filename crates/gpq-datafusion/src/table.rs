@@ -301,6 +301,18 @@ pub(crate) fn route_small_scan<'u>(
     (ScanBackend::Cpu, format!("cpu (auto: {why})"))
 }
 
+/// The partitions a scan on `backend` is cut into at most: `target`, or
+/// for a GPU scan with [`GpqTableOptions::gpu_min_partition_bytes`] set, one
+/// for each that many projected compressed bytes of `units` (at least one).
+pub(crate) fn gpu_partitions(options: &GpqTableOptions, backend: ScanBackend, units: &[ScanUnit], target: usize) -> usize {
+    if backend != ScanBackend::Gpu || options.gpu_min_partition_bytes == 0 {
+        return target;
+    }
+    let bytes = units.iter().map(|u| u.bytes).fold(0u64, u64::saturating_add);
+    let fit = usize::try_from(bytes / options.gpu_min_partition_bytes).unwrap_or(usize::MAX);
+    target.min(fit).max(1)
+}
+
 /// The backend a scheduler records for a scan its executors will resolve
 /// (see [`GpqTable::planned_for_executors`]); nothing here is probed.
 fn planned_for_executors(options: &GpqTableOptions) -> (ScanBackend, String) {
@@ -394,11 +406,8 @@ impl TableProvider for GpqTable {
             route_small_scan(&self.options, (backend, backend_note), units.iter())
         };
         debug!(?pruning, backend = %backend_note, "gpq scan planned");
-        let partitions = split_partitions(
-            units,
-            state.config().target_partitions(),
-            read_columns.is_empty(),
-        );
+        let target = gpu_partitions(&self.options, backend, &units, state.config().target_partitions());
+        let partitions = split_partitions(units, target, read_columns.is_empty());
         let own_filters = own.into_iter().cloned().collect();
         Ok(Arc::new(GpqScanExec::new(ScanParts {
             files,
@@ -471,5 +480,16 @@ mod tests {
         assert_eq!(route_small_scan(&auto, cpu.clone(), units.iter()), cpu);
         // Nothing left after pruning is under any threshold.
         assert_eq!(route_small_scan(&auto, gpu(), [].iter()).0, ScanBackend::Cpu);
+    }
+
+    #[test]
+    fn gpu_scans_take_a_partition_per_min_partition_bytes() {
+        let units: Vec<ScanUnit> = (0..10).map(|_| ScanUnit::whole(10, 10 << 20)).collect();
+        let options = GpqTableOptions::new().with_gpu_min_partition_bytes(32 << 20);
+        assert_eq!(gpu_partitions(&options, ScanBackend::Gpu, &units, 16), 3, "100 MiB in partitions of 32 MiB or more");
+        assert_eq!(gpu_partitions(&options, ScanBackend::Gpu, &units, 2), 2, "never more than the session asks for");
+        assert_eq!(gpu_partitions(&options, ScanBackend::Gpu, &units[..1], 16), 1, "at least one");
+        assert_eq!(gpu_partitions(&options, ScanBackend::Cpu, &units, 16), 16, "CPU scans keep the session's");
+        assert_eq!(gpu_partitions(&GpqTableOptions::new(), ScanBackend::Gpu, &units, 16), 16, "off by default");
     }
 }

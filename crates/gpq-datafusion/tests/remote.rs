@@ -226,6 +226,7 @@ async fn tables_round_trip_with_their_options() {
         .with_page_index(false)
         .with_gpu_read_bytes(1 << 22)
         .with_gpu_min_scan_bytes(7 << 20)
+        .with_gpu_min_partition_bytes(5 << 20)
         .with_gpu_fallback(false)
         .with_device_filters(false)
         .with_late_materialization(false)
