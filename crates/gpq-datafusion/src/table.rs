@@ -288,7 +288,7 @@ pub(crate) fn route_small_scan<'u>(
     if options.backend != Backend::Auto || backend != ScanBackend::Gpu || options.gpu_min_scan_bytes == 0 {
         return (backend, note);
     }
-    let bytes: u64 = units.map(|u| u.bytes).sum();
+    let bytes = projected_bytes(units);
     if bytes >= options.gpu_min_scan_bytes {
         return (backend, note);
     }
@@ -301,6 +301,11 @@ pub(crate) fn route_small_scan<'u>(
     (ScanBackend::Cpu, format!("cpu (auto: {why})"))
 }
 
+/// The projected compressed bytes of `units` (saturating: footers are input).
+fn projected_bytes<'u>(units: impl IntoIterator<Item = &'u ScanUnit>) -> u64 {
+    units.into_iter().map(|u| u.bytes).fold(0u64, u64::saturating_add)
+}
+
 /// The partitions a scan on `backend` is cut into at most: `target`, or
 /// for a GPU scan with [`GpqTableOptions::gpu_min_partition_bytes`] set, one
 /// for each that many projected compressed bytes of `units` (at least one).
@@ -308,7 +313,7 @@ pub(crate) fn gpu_partitions(options: &GpqTableOptions, backend: ScanBackend, un
     if backend != ScanBackend::Gpu || options.gpu_min_partition_bytes == 0 {
         return target;
     }
-    let bytes = units.iter().map(|u| u.bytes).fold(0u64, u64::saturating_add);
+    let bytes = projected_bytes(units);
     let fit = usize::try_from(bytes / options.gpu_min_partition_bytes).unwrap_or(usize::MAX);
     target.min(fit).max(1)
 }
