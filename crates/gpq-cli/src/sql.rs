@@ -284,8 +284,8 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
             );
             println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
         } else {
-            println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | same result |");
-            println!("| ---: | ---: | ---: | ---: | ---: | --- |");
+            println!("\n| query | rows | built-in Parquet s | gpq s | speed-up | gpq scans on the GPU / CPU | same result |");
+            println!("| ---: | ---: | ---: | ---: | ---: | ---: | --- |");
         }
         let (mut total_b, mut total_g, mut total_p, mut total_e) = (0.0, 0.0, 0.0, 0.0);
         let (mut bytes_on, mut bytes_off) = (0u64, 0u64);
@@ -315,7 +315,11 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
                     if same { "yes" } else { "NO" }
                 );
             } else {
-                println!("| q{n} | {rows} | {b:.3} | {g:.3} | {speedup:.2}x | {} |", if same { "yes" } else { "NO" });
+                let scans = match scan_backends(&ours, n).await? {
+                    Some((gpu, cpu)) => format!("{gpu} / {cpu}"),
+                    None => "-".to_string(),
+                };
+                println!("| q{n} | {rows} | {b:.3} | {g:.3} | {speedup:.2}x | {scans} | {} |", if same { "yes" } else { "NO" });
             }
             if !same {
                 wrong.push(n);
@@ -329,7 +333,7 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
                 bytes_off as f64 / 1e6
             );
         } else {
-            println!("| total | | {total_b:.3} | {total_g:.3} | {:.2}x | |", total_b / total_g.max(1e-9));
+            println!("| total | | {total_b:.3} | {total_g:.3} | {:.2}x | | |", total_b / total_g.max(1e-9));
         }
         Ok(())
     }));
@@ -361,6 +365,31 @@ async fn bytes_to_host(ctx: &SessionContext, n: usize) -> DfResult<u64> {
         }
     }
     Ok(total)
+}
+
+/// How many of query `n`'s gpq scans decode on the GPU and how many on the
+/// CPU, from its physical plans (`None` where the plan shows no gpq scan, as
+/// a plan run on a Ballista cluster does).
+async fn scan_backends(ctx: &SessionContext, n: usize) -> DfResult<Option<(usize, usize)>> {
+    let (mut gpu, mut cpu) = (0usize, 0usize);
+    for s in queries::statements(n).map_err(gpq_datafusion::to_df_error)? {
+        if !queries::is_query_statement(s) {
+            ctx.sql(s).await?.collect().await?;
+            continue;
+        }
+        let mut stack = vec![ctx.sql(s).await?.create_physical_plan().await?];
+        while let Some(p) = stack.pop() {
+            if let Some(scan) = p.as_ref().downcast_ref::<GpqScanExec>() {
+                if scan.uses_gpu() {
+                    gpu += 1;
+                } else {
+                    cpu += 1;
+                }
+            }
+            stack.extend(p.children().into_iter().cloned());
+        }
+    }
+    Ok((gpu + cpu > 0).then_some((gpu, cpu)))
 }
 
 /// Median seconds of `repeat` runs of query `n` after a warm-up, and its rows.
