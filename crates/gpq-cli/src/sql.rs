@@ -344,52 +344,49 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
     Ok(code)
 }
 
-/// Runs query `n` once and returns the bytes its gpq scans copied to the
-/// host (their `bytes_to_host` metric).
-async fn bytes_to_host(ctx: &SessionContext, n: usize) -> DfResult<u64> {
-    let mut total = 0u64;
+/// The gpq scans of query `n`'s physical plans (none where the plan shows
+/// none, as a plan run on a Ballista cluster does); with `run`, after each
+/// plan ran once, so that their metrics are filled in. Statements that are
+/// not queries (q15's view) are executed as they come.
+async fn gpq_scans(ctx: &SessionContext, n: usize, run: bool) -> DfResult<Vec<Arc<dyn ExecutionPlan>>> {
+    let mut scans = Vec::new();
     for s in queries::statements(n).map_err(gpq_datafusion::to_df_error)? {
         if !queries::is_query_statement(s) {
             ctx.sql(s).await?.collect().await?;
             continue;
         }
         let plan = ctx.sql(s).await?.create_physical_plan().await?;
-        collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+        if run {
+            collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+        }
         let mut stack = vec![plan];
         while let Some(p) = stack.pop() {
-            if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
-                let metrics = p.metrics().unwrap_or_default();
-                total += metrics.sum_by_name("bytes_to_host").map_or(0, |m| m.as_usize() as u64);
-            }
             stack.extend(p.children().into_iter().cloned());
+            if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
+                scans.push(p);
+            }
         }
     }
-    Ok(total)
+    Ok(scans)
+}
+
+/// Runs query `n` once and returns the bytes its gpq scans copied to the
+/// host (their `bytes_to_host` metric).
+async fn bytes_to_host(ctx: &SessionContext, n: usize) -> DfResult<u64> {
+    Ok(gpq_scans(ctx, n, true)
+        .await?
+        .iter()
+        .map(|p| p.metrics().unwrap_or_default().sum_by_name("bytes_to_host").map_or(0, |m| m.as_usize() as u64))
+        .sum())
 }
 
 /// How many of query `n`'s gpq scans decode on the GPU and how many on the
 /// CPU, from its physical plans (`None` where the plan shows no gpq scan, as
 /// a plan run on a Ballista cluster does).
 async fn scan_backends(ctx: &SessionContext, n: usize) -> DfResult<Option<(usize, usize)>> {
-    let (mut gpu, mut cpu) = (0usize, 0usize);
-    for s in queries::statements(n).map_err(gpq_datafusion::to_df_error)? {
-        if !queries::is_query_statement(s) {
-            ctx.sql(s).await?.collect().await?;
-            continue;
-        }
-        let mut stack = vec![ctx.sql(s).await?.create_physical_plan().await?];
-        while let Some(p) = stack.pop() {
-            if let Some(scan) = p.as_ref().downcast_ref::<GpqScanExec>() {
-                if scan.uses_gpu() {
-                    gpu += 1;
-                } else {
-                    cpu += 1;
-                }
-            }
-            stack.extend(p.children().into_iter().cloned());
-        }
-    }
-    Ok((gpu + cpu > 0).then_some((gpu, cpu)))
+    let scans = gpq_scans(ctx, n, false).await?;
+    let gpu = scans.iter().filter(|p| p.as_ref().downcast_ref::<GpqScanExec>().is_some_and(GpqScanExec::uses_gpu)).count();
+    Ok((!scans.is_empty()).then_some((gpu, scans.len() - gpu)))
 }
 
 /// Median seconds of `repeat` runs of query `n` after a warm-up, and its rows.

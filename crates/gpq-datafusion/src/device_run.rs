@@ -264,7 +264,6 @@ pub(crate) fn reader(
 /// the next ones cross the bus.
 pub(crate) const HOST_CHUNK_BYTES: u64 = 32 << 20;
 
-
 /// Queues a decoded batch's copy to the host in chunks
 /// ([`DeviceTable::into_staged_batches`]), recording the read's metrics;
 /// the caller adds the time it waits for each chunk to `copy_time`.
