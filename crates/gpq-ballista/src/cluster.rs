@@ -17,7 +17,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq_datafusion::ScanDevice;
 
 use crate::codec::{GpqLogicalCodec, GpqPhysicalCodec};
-use crate::stage_scan::GpqSchedulerPlanner;
+use crate::scan_source::GpqSchedulerPlanner;
 
 /// How long [`start_standalone_cluster`] waits for its scheduler to answer.
 const SCHEDULER_WAIT: Duration = Duration::from_secs(30);

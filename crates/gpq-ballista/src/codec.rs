@@ -1,8 +1,9 @@
 //! The extension codecs that carry gpq's nodes through Ballista's plans:
 //! [`GpqLogicalCodec`] for [`GpqTable`]s in logical plans (client to
 //! scheduler) and [`GpqPhysicalCodec`] for [`GpqScanExec`]s in stage plans
-//! (scheduler to executors), alone or in the [`GpqStageScanExec`] that
-//! gives each task its own partitions of a scan. Each encodes its node with
+//! (scheduler to executors), alone or as the file groups of a
+//! `DataSourceExec` that give each task its own partitions of a scan (see
+//! the `scan_source` module). Each encodes its node with
 //! `gpq_datafusion`'s `to_bytes` behind a tag, and hands everything else
 //! (Ballista's shuffle readers and writers, file formats, functions) to the
 //! codec it wraps, Ballista's own by default.
@@ -31,15 +32,17 @@ use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use gpq_datafusion::{GpqScanExec, GpqTable, ScanDevice};
 
-use crate::stage_scan::GpqStageScanExec;
+use crate::scan_source::{file_groups_scan, scan_as_file_groups};
 
 /// Marks a serialized [`GpqTable`] in the logical codec's bytes.
 const TABLE_TAG: &[u8] = b"GPQ-TABLE\n";
 /// Marks a serialized [`GpqScanExec`] in the physical codec's bytes.
 const SCAN_TAG: &[u8] = b"GPQ-SCAN\n";
-/// Marks a serialized [`GpqStageScanExec`] (its scan; its one input is
-/// encoded by DataFusion) in the physical codec's bytes.
-const STAGE_SCAN_TAG: &[u8] = b"GPQ-STAGE-SCAN\n";
+/// Marks a serialized gpq scan planned as file groups in the physical
+/// codec's bytes: the scan partitions of each group (the number of groups,
+/// then per group its number of partitions and each partition, all
+/// little-endian `u32`s), then the scan.
+const FILE_GROUPS_TAG: &[u8] = b"GPQ-FILE-GROUPS\n";
 
 /// A logical extension codec that encodes [`GpqTable`] providers (their
 /// files, schema and options) and hands everything else to the codec it
@@ -276,14 +279,14 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
             self.decoded(&scan);
             return Ok(Arc::new(scan));
         }
-        if let Some(bytes) = buf.strip_prefix(STAGE_SCAN_TAG) {
-            let [input] = inputs else {
-                return Err(DataFusionError::Plan(format!("a gpq stage scan has one input, {} were given", inputs.len())));
-            };
+        if let Some(bytes) = buf.strip_prefix(FILE_GROUPS_TAG) {
+            if !inputs.is_empty() {
+                return Err(DataFusionError::Plan(format!("a gpq scan has no inputs, {} were given", inputs.len())));
+            }
+            let (groups, bytes) = read_groups(bytes)?;
             let scan = GpqScanExec::from_bytes_on(bytes, ctx, self.device)?;
             self.decoded(&scan);
-            let stage = GpqStageScanExec::with_input(Arc::new(scan), Arc::clone(input))?;
-            return Ok(Arc::new(stage));
+            return scan_as_file_groups(Arc::new(scan), Some(&groups));
         }
         self.inner.try_decode(buf, inputs, ctx, proto_converter)
     }
@@ -296,11 +299,14 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
     ) -> Result<()> {
         let (tag, bytes) = if let Some(scan) = node.downcast_ref::<GpqScanExec>() {
             (SCAN_TAG, scan.to_bytes()?)
-        } else if let Some(stage) = node.downcast_ref::<GpqStageScanExec>() {
-            let scan = stage
-                .scan()
-                .ok_or_else(|| DataFusionError::Internal("a gpq stage scan without a gpq scan".into()))?;
-            (STAGE_SCAN_TAG, scan.to_bytes()?)
+        } else if let Some(found) = file_groups_scan(&node) {
+            let (scan, groups) = found?;
+            let scan = scan
+                .downcast_ref::<GpqScanExec>()
+                .ok_or_else(|| DataFusionError::Internal("a gpq file source without a gpq scan".into()))?;
+            let mut bytes = write_groups(&groups)?;
+            bytes.extend_from_slice(&scan.to_bytes()?);
+            (FILE_GROUPS_TAG, bytes)
         } else {
             return self.inner.try_encode(node, buf, proto_converter);
         };
@@ -354,4 +360,45 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
     fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
         self.inner.try_encode_udwf(node, buf)
     }
+}
+
+/// `groups` of scan partitions as `u32`s (see [`FILE_GROUPS_TAG`]).
+fn write_groups(groups: &[Vec<usize>]) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut put = |n: usize| -> Result<()> {
+        let n = u32::try_from(n).map_err(|_| DataFusionError::Internal(format!("{n} does not fit a gpq plan's u32")))?;
+        bytes.extend_from_slice(&n.to_le_bytes());
+        Ok(())
+    };
+    put(groups.len())?;
+    for group in groups {
+        put(group.len())?;
+        for &p in group {
+            put(p)?;
+        }
+    }
+    Ok(bytes)
+}
+
+/// The groups [`write_groups`] wrote at the start of `bytes`, and the bytes after them.
+fn read_groups(bytes: &[u8]) -> Result<(Vec<Vec<usize>>, &[u8])> {
+    let mut rest = bytes;
+    let mut take = || -> Result<usize> {
+        let (n, after) = rest.split_first_chunk::<4>().ok_or_else(|| DataFusionError::Plan("a gpq scan's file groups are truncated".into()))?;
+        rest = after;
+        Ok(u32::from_le_bytes(*n) as usize)
+    };
+    // Nothing is sized from a count: each value read needs its four bytes,
+    // so a corrupt count ends in an error, not in an allocation.
+    let groups = take()?;
+    let mut out = Vec::new();
+    for _ in 0..groups {
+        let partitions = take()?;
+        let mut group = Vec::new();
+        for _ in 0..partitions {
+            group.push(take()?);
+        }
+        out.push(group);
+    }
+    Ok((out, rest))
 }

@@ -17,11 +17,13 @@
 //!   planned for its partitions, reading only the footers of their files.
 //!
 //! Ballista gives each task its share of a stage by restricting the
-//! stage's leaves to the task's partitions, and it knows how only for its
-//! own leaves; the scheduler's [`GpqSchedulerPlanner`] therefore plans each
-//! gpq scan of several partitions as a stage scan that takes its partition
-//! numbers from an in-memory source Ballista does restrict, so each task
-//! runs exactly its own partitions of the scan.
+//! stage's leaves to the task's partitions, and reads a small broadcast
+//! join side inside the joining task; it does both only for leaves it
+//! knows, file scans among them. The scheduler's [`GpqSchedulerPlanner`]
+//! therefore plans each gpq scan as a file scan (a `DataSourceExec`) of one
+//! file group per scan partition, whose file source runs the scan partition
+//! each group names: each task runs exactly its own partitions of the scan,
+//! and broadcast sides over gpq scans are read where they are joined.
 //!
 //! The client, the scheduler and every executor need both codecs:
 //! [`with_gpq_codecs`] installs them in a `SessionConfig`,
@@ -64,7 +66,7 @@
 mod cluster;
 mod codec;
 mod process;
-mod stage_scan;
+mod scan_source;
 
 pub use cluster::{remote_context, scheduler_state, standalone_context, start_standalone_cluster, start_standalone_cluster_on, with_gpq_codecs};
 pub use codec::{GpqLogicalCodec, GpqPhysicalCodec};
@@ -72,4 +74,4 @@ pub use gpq_datafusion::ScanDevice;
 /// Ballista's settings of a `SessionConfig` (`new_with_ballista`, its codecs, standalone parallelism).
 pub use ballista::prelude::SessionConfigExt;
 pub use process::{DEFAULT_SCHEDULER_PORT, ExecutorOptions, default_device, devices_round_robin, run_executor, run_scheduler};
-pub use stage_scan::GpqSchedulerPlanner;
+pub use scan_source::GpqSchedulerPlanner;

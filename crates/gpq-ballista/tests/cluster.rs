@@ -117,11 +117,11 @@ async fn tpch_on_a_cluster_matches_local_gpq_and_builtin_parquet() {
     // The cluster plans a distributed job, not a local plan.
     let plan = cluster.sql("select count(*) from lineitem").await.unwrap().create_physical_plan().await.unwrap();
     assert_eq!(plan.name(), "DistributedQueryExec", "{plan:?}");
-    // The scheduler cuts it into stages, and stages the multi-partition scans.
+    // The scheduler cuts it into stages, and plans the scans as file groups.
     let explain = cluster.sql("explain select l_returnflag, count(*) from lineitem group by l_returnflag").await.unwrap();
     let explain = pretty_format_batches(&explain.collect().await.unwrap()).unwrap().to_string();
     assert!(explain.contains("distributed_plan") && explain.contains("ShuffleWriterExec"), "{explain}");
-    assert!(explain.contains("GpqStageScanExec"), "{explain}");
+    assert!(explain.contains("file_type=gpq"), "{explain}");
 
     let (logical_codec, physical_codec) = codecs(&cluster);
     let (mut t_builtin, mut t_local, mut t_cluster, mut t_cluster_builtin) = (0.0, 0.0, 0.0, 0.0);
@@ -265,6 +265,14 @@ fn find(plan: &Arc<dyn ExecutionPlan>, name: &str) -> Option<Arc<dyn ExecutionPl
     plan.children().into_iter().find_map(|c| find(c, name))
 }
 
+/// The scheduler's gpq scan: a `DataSourceExec` whose file source is gpq's.
+fn gpq_file_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    find(plan, "DataSourceExec").filter(|scan| {
+        let text = datafusion::physical_plan::displayable(scan.as_ref()).one_line().to_string();
+        text.contains("file_type=gpq")
+    })
+}
+
 /// What a Ballista scheduler does to a stage before it ships a task (restrict
 /// the plan to the task's partitions, encode it) and what the executor does
 /// (decode it, run partitions `0..k`): a task runs exactly the scan
@@ -277,20 +285,22 @@ async fn each_task_runs_only_its_own_scan_partitions() {
     let scheduler = scheduler_state(ctx.state());
     let logical = ctx.sql("select l_orderkey, l_linenumber from lineitem where l_quantity < 5").await.unwrap().into_optimized_plan().unwrap();
     let plan = scheduler.create_physical_plan(&logical).await.unwrap();
-    let stage = find(&plan, "GpqStageScanExec").expect("the scheduler plans a stage scan");
-    assert_eq!(stage.properties().partitioning.partition_count(), PARTITIONS);
+    assert!(find(&plan, "GpqScanExec").is_none(), "a bare gpq scan left in the scheduler's plan");
+    let scan = gpq_file_scan(&plan).expect("the scheduler plans the gpq scan as file groups");
+    assert_eq!(scan.properties().partitioning.partition_count(), PARTITIONS);
     let codec = GpqPhysicalCodec::new();
-    for slice in [vec![2], vec![1, 3], vec![3, 0]] {
-        let restricted = restrict_plan_to_partitions(Arc::clone(&stage), &slice).unwrap();
+    let mut whole = Vec::new();
+    for p in 0..PARTITIONS {
+        whole.push(partition_text(&scan, p, &ctx).await);
+        assert!(whole[p].lines().count() > 4 && !whole[..p].contains(&whole[p]), "partition {p} is empty or repeated: the check would prove nothing");
+    }
+    for slice in [vec![2], vec![1, 3], vec![3, 0], vec![]] {
+        let restricted = restrict_plan_to_partitions(Arc::clone(&scan), &slice).unwrap();
         let bytes = physical_plan_to_bytes_with_extension_codec(restricted, &codec).unwrap();
         let task = physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
         assert_eq!(task.properties().partitioning.partition_count(), slice.len());
         for (local, &global) in slice.iter().enumerate() {
-            assert_eq!(
-                partition_text(&task, local, &ctx).await,
-                partition_text(&stage, global, &ctx).await,
-                "task of partitions {slice:?}, its partition {local}"
-            );
+            assert_eq!(partition_text(&task, local, &ctx).await, whole[global], "task of partitions {slice:?}, its partition {local}");
         }
     }
     // Why: Ballista leaves a leaf it does not know whole, so a bare scan
@@ -301,8 +311,57 @@ async fn each_task_runs_only_its_own_scan_partitions() {
     let restricted = restrict_plan_to_partitions(bare, &[2]).unwrap();
     assert_eq!(restricted.properties().partitioning.partition_count(), PARTITIONS);
 
-    // A bare scan (one partition) is left as it is.
+    // A scan of one partition is a file scan too.
     let logical = ctx.sql("select r_name from region").await.unwrap().into_optimized_plan().unwrap();
     let plan = scheduler.create_physical_plan(&logical).await.unwrap();
-    assert!(find(&plan, "GpqStageScanExec").is_none() && find(&plan, "GpqScanExec").is_some());
+    assert!(find(&plan, "GpqScanExec").is_none() && gpq_file_scan(&plan).is_some());
+}
+
+/// Ballista reads a broadcast join side inside the joining task only where
+/// that side is a `DataSourceExec` with an exact byte size: the scheduler's
+/// gpq scan is one, with the scan's exact statistics, in total and per
+/// partition, and the session's batch size reaches the scan.
+#[tokio::test]
+async fn scheduler_scans_keep_exact_sizes_and_the_batch_size() {
+    use datafusion::common::stats::Precision;
+    use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+    let dir = tpch_dir(0.1);
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(PARTITIONS).with_batch_size(1000));
+    queries::register_tables(&ctx, &dir, &TableSource::Gpq(cpu())).await.unwrap();
+    let scheduler = scheduler_state(ctx.state());
+    let logical = ctx.sql("select o_orderkey, o_custkey from orders").await.unwrap().into_optimized_plan().unwrap();
+    let plan = scheduler.create_physical_plan(&logical).await.unwrap();
+    let scan = gpq_file_scan(&plan).expect("a gpq file scan");
+    let bare = find(&ctx.state().create_physical_plan(&logical).await.unwrap(), "GpqScanExec").unwrap();
+    let stats = StatisticsContext::new();
+    let total = stats.compute(scan.as_ref(), &StatisticsArgs::new()).unwrap();
+    assert!(matches!(total.total_byte_size, Precision::Exact(n) if n > 0), "{:?}", total.total_byte_size);
+    assert_eq!(total, stats.compute(bare.as_ref(), &StatisticsArgs::new()).unwrap());
+    let partitions = bare.properties().partitioning.partition_count();
+    assert!(partitions > 1 && scan.properties().partitioning.partition_count() == partitions);
+    for p in 0..partitions {
+        let args = StatisticsArgs::new().with_partition(Some(p));
+        assert_eq!(stats.compute(scan.as_ref(), &args).unwrap(), stats.compute(bare.as_ref(), &args).unwrap(), "partition {p}");
+    }
+    let stream = scan.execute(0, ctx.task_ctx()).unwrap();
+    let batches: Vec<RecordBatch> = futures::TryStreamExt::try_collect(stream).await.unwrap();
+    assert!(batches.len() > 1 && batches.iter().all(|b| b.num_rows() <= 1000), "{:?}", batches.iter().map(RecordBatch::num_rows).collect::<Vec<_>>());
+
+    // Where Ballista reads a broadcast side in the joining task it asks the
+    // scan for one partition: the groups merge, the rows and sizes stay,
+    // and the merged scan crosses the codecs.
+    let one = scan.repartitioned(1, ctx.state().config_options()).unwrap().expect("a gpq file scan merges its groups");
+    assert_eq!(one.properties().partitioning.partition_count(), 1);
+    assert!(scan.repartitioned(partitions + 3, ctx.state().config_options()).unwrap().is_none(), "a scan partition is never split");
+    assert_eq!(stats.compute(one.as_ref(), &StatisticsArgs::new()).unwrap(), total);
+    let merged = stats.compute(one.as_ref(), &StatisticsArgs::new().with_partition(Some(0))).unwrap();
+    assert_eq!((merged.num_rows, merged.total_byte_size), (total.num_rows, total.total_byte_size));
+    let codec = GpqPhysicalCodec::new();
+    let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&one), &codec).unwrap();
+    let decoded = physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
+    assert_eq!(decoded.properties().partitioning.partition_count(), 1);
+    let all = queries::sorted_lines(&collect(Arc::clone(&scan), ctx.task_ctx()).await.unwrap()).unwrap();
+    assert!(all.len() > 1000);
+    assert_eq!(queries::sorted_lines(&collect(one, ctx.task_ctx()).await.unwrap()).unwrap(), all);
+    assert_eq!(queries::sorted_lines(&collect(decoded, ctx.task_ctx()).await.unwrap()).unwrap(), all);
 }

@@ -165,6 +165,13 @@ impl GpqScanExec {
         self.parts.backend == ScanBackend::Gpu
     }
 
+    /// A handle to the scan's metrics (the same set, not a copy), for a
+    /// node that runs the scan's partitions on its behalf and shows its
+    /// metrics.
+    pub fn metrics_set(&self) -> ExecutionPlanMetricsSet {
+        self.metrics.clone()
+    }
+
     /// What pruning removed when the scan was planned.
     pub fn pruning(&self) -> &PruningSummary {
         &self.parts.pruning

@@ -1,0 +1,285 @@
+//! A gpq scan as the kind of leaf Ballista's scheduler knows: a
+//! `DataSourceExec` over file groups.
+//!
+//! Ballista's scheduler handles its leaves by type. Before it ships a task it
+//! restricts the stage's leaves to the task's partitions, and of the
+//! `DataSourceExec`s it does so only for a `FileScanConfig` (file groups) or
+//! an in-memory source; and it reads a small broadcast build side inside the
+//! joining task, instead of behind a stage of its own, only where that side
+//! is a `DataSourceExec` (under projections) with an exact byte size. A
+//! [`GpqScanExec`] is neither, so each task would run the scan's first
+//! partitions instead of its own, and every broadcast join over a gpq scan
+//! would wait for an exchange stage whose size is unknown until it has run.
+//!
+//! [`scan_as_file_groups`] therefore plans a gpq scan of `n` partitions as a
+//! `DataSourceExec` over a [`FileScanConfig`] of `n` file groups, group `i`
+//! holding one pseudo-file named after scan partition `i`, with a
+//! [`GpqFileSource`] that carries the scan. Ballista restricts such a leaf
+//! like any file scan (it keeps the groups of the task's partitions), and
+//! the source's opener runs, for each pseudo-file, the scan partition it
+//! names: each task runs exactly its own partitions. The config carries the
+//! scan's statistics, per partition and in total, so exact sizes stay exact.
+//! The pseudo-files are never opened as files, and the groups are never
+//! split, merged or shared between partitions (the source refuses
+//! repartitioning, and the config asks for its order to be kept, which
+//! turns off DataFusion's stealing of files between partitions).
+//!
+//! [`GpqSchedulerPlanner`] is the scheduler's query planner: it plans as the
+//! planner it wraps, then replaces every gpq scan so.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::Statistics;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileOpenFuture, FileOpener, FileScanConfig, FileScanConfigBuilder, FileSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::table_schema::TableSchema;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::prelude::SessionConfig;
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::object_store::ObjectStore;
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::{DisplayFormatType, ExecutionPlan};
+use futures::StreamExt;
+use gpq_datafusion::GpqScanExec;
+
+/// How a pseudo-file of a gpq scan's file group starts; the scan partition
+/// it stands for follows.
+const PARTITION_PREFIX: &str = "gpq-scan-partition-";
+
+/// The [`FileSource`] of a gpq scan planned as file groups (see the module
+/// doc): it carries the scan, and its opener runs the scan partition each
+/// pseudo-file names.
+#[derive(Debug, Clone)]
+pub(crate) struct GpqFileSource {
+    /// A [`GpqScanExec`].
+    scan: Arc<dyn ExecutionPlan>,
+    table_schema: TableSchema,
+    /// The scan's own metrics (a handle to the same set).
+    metrics: ExecutionPlanMetricsSet,
+    /// The session's batch size, set when the scan runs.
+    batch_size: Option<usize>,
+}
+
+impl GpqFileSource {
+    fn new(scan: Arc<dyn ExecutionPlan>) -> Result<Self> {
+        let Some(gpq) = scan.downcast_ref::<GpqScanExec>() else {
+            return Err(DataFusionError::Internal(format!("a gpq file source over a {}", scan.name())));
+        };
+        let metrics = gpq.metrics_set();
+        Ok(GpqFileSource { table_schema: TableSchema::from(scan.schema()), scan, metrics, batch_size: None })
+    }
+}
+
+impl FileSource for GpqFileSource {
+    fn create_file_opener(&self, _store: Arc<dyn ObjectStore>, _config: &FileScanConfig, _partition: usize) -> Result<Arc<dyn FileOpener>> {
+        // A file opener is given no task context, and the scan takes only
+        // the session's batch size from one: the context it runs in is
+        // made of that.
+        let mut config = SessionConfig::new();
+        if let Some(batch_size) = self.batch_size {
+            config = config.with_batch_size(batch_size);
+        }
+        let context = Arc::new(TaskContext::default().with_session_config(config));
+        Ok(Arc::new(GpqPartitionOpener { scan: Arc::clone(&self.scan), context }))
+    }
+
+    fn table_schema(&self) -> &TableSchema {
+        &self.table_schema
+    }
+
+    fn with_batch_size(&self, batch_size: usize) -> Arc<dyn FileSource> {
+        Arc::new(GpqFileSource { batch_size: Some(batch_size), ..self.clone() })
+    }
+
+    fn metrics(&self) -> &ExecutionPlanMetricsSet {
+        &self.metrics
+    }
+
+    fn file_type(&self) -> &str {
+        "gpq"
+    }
+
+    fn fmt_extra(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, ", ")?;
+        self.scan.fmt_as(t, f)
+    }
+
+    /// Fewer partitions merge groups (a partition then runs several scan
+    /// partitions, one after the other); a scan partition is never split,
+    /// so more partitions than there are scan partitions is no change.
+    /// Ballista asks for one partition where it reads a broadcast join
+    /// side inside the joining task.
+    fn repartitioned(&self, target: usize, _min_size: usize, _ordering: Option<LexOrdering>, config: &FileScanConfig) -> Result<Option<FileScanConfig>> {
+        let groups = &config.file_groups;
+        if target == 0 || target >= groups.len() {
+            return Ok(None);
+        }
+        let schema = self.table_schema.table_schema();
+        let mut merged = Vec::with_capacity(target);
+        let mut start = 0;
+        for i in 0..target {
+            // Contiguous runs of groups, as even in count as they divide.
+            let end = groups.len() * (i + 1) / target;
+            let run = &groups[start..end];
+            let files: Vec<PartitionedFile> = run.iter().flat_map(|g| g.iter().cloned()).collect();
+            let mut group = FileGroup::new(files);
+            let stats: Option<Vec<&Statistics>> = run.iter().map(|g| g.file_statistics(None)).collect();
+            if let Some(stats) = stats {
+                group = group.with_statistics(Arc::new(Statistics::try_merge_iter(stats, schema)?));
+            }
+            merged.push(group);
+            start = end;
+        }
+        let mut config = config.clone();
+        config.file_groups = merged;
+        Ok(Some(config))
+    }
+
+    /// The scan's filters were planned into it before it became a file
+    /// source; none are added here.
+    fn apply_expressions(&self, _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+}
+
+/// Opens a pseudo-file by running the scan partition it names.
+struct GpqPartitionOpener {
+    scan: Arc<dyn ExecutionPlan>,
+    context: Arc<TaskContext>,
+}
+
+impl FileOpener for GpqPartitionOpener {
+    fn open(&self, file: PartitionedFile) -> Result<FileOpenFuture> {
+        let name = file.object_meta.location.as_ref();
+        let partition = partition_of(name).ok_or_else(|| DataFusionError::Internal(format!("{name} is not a partition of a gpq scan")))?;
+        let count = self.scan.properties().partitioning.partition_count();
+        if partition >= count {
+            return Err(DataFusionError::Internal(format!("{name}: a gpq scan of {count} partitions")));
+        }
+        let stream = self.scan.execute(partition, Arc::clone(&self.context))?;
+        Ok(Box::pin(async move { Ok(stream.boxed()) }))
+    }
+}
+
+/// The scan partition a pseudo-file's name stands for.
+fn partition_of(name: &str) -> Option<usize> {
+    name.strip_prefix(PARTITION_PREFIX)?.parse().ok()
+}
+
+/// The pseudo-file of scan partition `i`.
+fn partition_file(i: usize) -> PartitionedFile {
+    PartitionedFile::new(format!("{PARTITION_PREFIX}{i}"), 0)
+}
+
+/// `scan` (a [`GpqScanExec`]) as a `DataSourceExec` of file groups: one
+/// group per scan partition when `groups` is `None`, else one per entry of
+/// `groups`, each running the scan partitions it lists, in that order.
+pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&[Vec<usize>]>) -> Result<Arc<dyn ExecutionPlan>> {
+    let source = GpqFileSource::new(Arc::clone(&scan))?;
+    let count = scan.properties().partitioning.partition_count();
+    let groups: Vec<Vec<usize>> = match groups {
+        Some(groups) => groups.to_vec(),
+        None => (0..count).map(|i| vec![i]).collect(),
+    };
+    let stats = StatisticsContext::new();
+    let schema = scan.schema();
+    let groups = groups
+        .iter()
+        .map(|partitions| {
+            let mut files = Vec::with_capacity(partitions.len());
+            let mut group_stats = Vec::with_capacity(partitions.len());
+            for &i in partitions {
+                if i >= count {
+                    return Err(DataFusionError::Plan(format!("partition {i} of a gpq scan of {count} partitions")));
+                }
+                files.push(partition_file(i));
+                group_stats.push(stats.compute(scan.as_ref(), &StatisticsArgs::new().with_partition(Some(i)))?);
+            }
+            let merged = match group_stats.as_slice() {
+                [one] => Arc::clone(one),
+                many => Arc::new(Statistics::try_merge_iter(many.iter().map(Arc::as_ref), &schema)?),
+            };
+            Ok(FileGroup::new(files).with_statistics(merged))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let total = stats.compute(scan.as_ref(), &StatisticsArgs::new())?;
+    let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+        .with_file_groups(groups)
+        .with_statistics(total.as_ref().clone())
+        // Keeps each group with its partition: without it DataFusion lets
+        // the partitions of one execution take files from a shared queue,
+        // so that the first partition polled could run every scan
+        // partition (each row would still be read once, but a task's work
+        // would no longer be the partitions it was given).
+        .with_preserve_order(true)
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
+}
+
+/// The scan of a gpq scan planned as file groups, and the scan partitions
+/// each group runs; `None` for any other plan.
+pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<(Arc<dyn ExecutionPlan>, Vec<Vec<usize>>)>> {
+    let exec = plan.downcast_ref::<DataSourceExec>()?;
+    let config = exec.data_source().as_ref().downcast_ref::<FileScanConfig>()?;
+    let source = config.file_source().downcast_ref::<GpqFileSource>()?;
+    let groups = config
+        .file_groups
+        .iter()
+        .map(|group| {
+            group
+                .iter()
+                .map(|file| {
+                    partition_of(file.object_meta.location.as_ref())
+                        .ok_or_else(|| DataFusionError::Internal(format!("{} is not a partition of a gpq scan", file.object_meta.location)))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>();
+    Some(groups.map(|g| (Arc::clone(&source.scan), g)))
+}
+
+/// Every gpq scan of `plan`, as file groups.
+pub(crate) fn scans_as_file_groups(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(plan
+        .transform_up(|node| {
+            if !node.is::<GpqScanExec>() {
+                return Ok(Transformed::no(node));
+            }
+            Ok(Transformed::yes(scan_as_file_groups(node, None)?))
+        })?
+        .data)
+}
+
+/// The query planner of a Ballista scheduler that plans gpq scans: plans
+/// as the planner it wraps, then makes every gpq scan a `DataSourceExec`
+/// of one file group per partition (see the `scan_source` module), so that
+/// Ballista gives each task its own partitions of it and reads small
+/// broadcast sides inside the joining task.
+#[derive(Debug)]
+pub struct GpqSchedulerPlanner {
+    inner: Arc<dyn QueryPlanner + Send + Sync>,
+}
+
+impl GpqSchedulerPlanner {
+    /// Plans with `inner`, then turns the gpq scans into file groups.
+    pub fn wrapping(inner: Arc<dyn QueryPlanner + Send + Sync>) -> Self {
+        GpqSchedulerPlanner { inner }
+    }
+}
+
+#[async_trait]
+impl QueryPlanner for GpqSchedulerPlanner {
+    async fn create_physical_plan(&self, logical_plan: &LogicalPlan, session: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        scans_as_file_groups(self.inner.create_physical_plan(logical_plan, session).await?)
+    }
+}
