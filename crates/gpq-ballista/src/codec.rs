@@ -178,7 +178,7 @@ impl LogicalExtensionCodec for GpqLogicalCodec {
 
 /// A physical extension codec that encodes [`GpqScanExec`]s (their
 /// partitions, columns, filters, limit and backend), alone or in the
-/// scheduler's stage scans (see [`GpqSchedulerPlanner`](crate::GpqSchedulerPlanner)), and hands everything
+/// file groups the scheduler plans them as (see [`GpqSchedulerPlanner`](crate::GpqSchedulerPlanner)), and hands everything
 /// else to the codec it wraps (Ballista's [`BallistaPhysicalExtensionCodec`]
 /// unless told otherwise).
 ///
@@ -233,12 +233,12 @@ impl GpqPhysicalCodec {
         GpqPhysicalCodec { inner: Arc::clone(&self.inner), device, counts: Arc::clone(&self.counts) }
     }
 
-    /// gpq scans (alone or in a stage scan) this codec has encoded.
+    /// gpq scans (alone or as file groups) this codec has encoded.
     pub fn scans_encoded(&self) -> usize {
         self.counts.encoded.load(Ordering::Relaxed)
     }
 
-    /// gpq scans (alone or in a stage scan) this codec has decoded.
+    /// gpq scans (alone or as file groups) this codec has decoded.
     pub fn scans_decoded(&self) -> usize {
         self.counts.decoded.load(Ordering::Relaxed)
     }

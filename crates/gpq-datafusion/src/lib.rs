@@ -75,6 +75,11 @@
 //! behind each. A provider with its own leaf plan keeps that explicit and
 //! small: file discovery, pruning and partitioning are a few hundred lines
 //! here, and nothing depends on the datasource layer's fast-moving internals.
+//! Where an engine's rules know only file scans (Ballista's scheduler
+//! restricts them per task and reads small broadcast sides in place),
+//! `gpq-ballista` wraps the planned scan in a `DataSourceExec` of one file
+//! group per scan partition, whose file source runs those partitions
+//! ([`GpqScanExec::metrics_set`] shares the scan's metrics with it).
 //!
 //! Modules, each depending only on those listed before it: `options`,
 //! `file` (discovery, footers, common schema), `filter` (which filters the
