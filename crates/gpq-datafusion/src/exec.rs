@@ -327,6 +327,9 @@ impl ExecutionPlan for GpqScanExec {
             read_schema: Arc::clone(&p.read_schema),
             filter: p.filter.clone(),
             device: p.options.device_of(partition),
+            // The batch size is all a partition takes from its context:
+            // gpq-ballista's file source runs partitions in a context made
+            // of that alone.
             batch_size: context.session_config().batch_size(),
             limit: self.fetch,
             options: p.options.clone(),
