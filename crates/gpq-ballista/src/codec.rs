@@ -41,7 +41,8 @@ const SCAN_TAG: &[u8] = b"GPQ-SCAN\n";
 /// Marks a serialized gpq scan planned as file groups in the physical
 /// codec's bytes: the scan partitions of each group (the number of groups,
 /// then per group its number of partitions and each partition, all
-/// little-endian `u32`s), then the scan.
+/// little-endian `u32`s), the limit pushed into the file scan (a `u32` 0 for
+/// none, else 1 and the limit as a little-endian `u64`), then the scan.
 const FILE_GROUPS_TAG: &[u8] = b"GPQ-FILE-GROUPS\n";
 
 /// A logical extension codec that encodes [`GpqTable`] providers (their
@@ -283,10 +284,10 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
             if !inputs.is_empty() {
                 return Err(DataFusionError::Plan(format!("a gpq scan has no inputs, {} were given", inputs.len())));
             }
-            let (groups, bytes) = read_groups(bytes)?;
+            let (groups, limit, bytes) = read_groups(bytes)?;
             let scan = GpqScanExec::from_bytes_on(bytes, ctx, self.device)?;
             self.decoded(&scan);
-            return scan_as_file_groups(Arc::new(scan), Some(&groups));
+            return scan_as_file_groups(Arc::new(scan), Some(&groups), limit);
         }
         self.inner.try_decode(buf, inputs, ctx, proto_converter)
     }
@@ -300,11 +301,12 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
         let (tag, bytes) = if let Some(scan) = node.downcast_ref::<GpqScanExec>() {
             (SCAN_TAG, scan.to_bytes()?)
         } else if let Some(found) = file_groups_scan(&node) {
-            let (scan, groups) = found?;
-            let scan = scan
+            let found = found?;
+            let scan = found
+                .scan
                 .downcast_ref::<GpqScanExec>()
                 .ok_or_else(|| DataFusionError::Internal("a gpq file source without a gpq scan".into()))?;
-            let mut bytes = write_groups(&groups)?;
+            let mut bytes = write_groups(&found.groups, found.limit)?;
             bytes.extend_from_slice(&scan.to_bytes()?);
             (FILE_GROUPS_TAG, bytes)
         } else {
@@ -362,8 +364,8 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
     }
 }
 
-/// `groups` of scan partitions as `u32`s (see [`FILE_GROUPS_TAG`]).
-fn write_groups(groups: &[Vec<usize>]) -> Result<Vec<u8>> {
+/// `groups` of scan partitions and `limit` (see [`FILE_GROUPS_TAG`]).
+fn write_groups(groups: &[Vec<usize>], limit: Option<usize>) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     let mut put = |n: usize| -> Result<()> {
         let n = u32::try_from(n).map_err(|_| DataFusionError::Internal(format!("{n} does not fit a gpq plan's u32")))?;
@@ -377,11 +379,18 @@ fn write_groups(groups: &[Vec<usize>]) -> Result<Vec<u8>> {
             put(p)?;
         }
     }
+    match limit {
+        None => put(0)?,
+        Some(limit) => {
+            put(1)?;
+            bytes.extend_from_slice(&(limit as u64).to_le_bytes());
+        }
+    }
     Ok(bytes)
 }
 
-/// The groups [`write_groups`] wrote at the start of `bytes`, and the bytes after them.
-fn read_groups(bytes: &[u8]) -> Result<(Vec<Vec<usize>>, &[u8])> {
+/// The groups and limit [`write_groups`] wrote at the start of `bytes`, and the bytes after them.
+fn read_groups(bytes: &[u8]) -> Result<(Vec<Vec<usize>>, Option<usize>, &[u8])> {
     let mut rest = bytes;
     let mut take = || -> Result<usize> {
         let (n, after) = rest.split_first_chunk::<4>().ok_or_else(|| DataFusionError::Plan("a gpq scan's file groups are truncated".into()))?;
@@ -400,5 +409,14 @@ fn read_groups(bytes: &[u8]) -> Result<(Vec<Vec<usize>>, &[u8])> {
         }
         out.push(group);
     }
-    Ok((out, rest))
+    let limit = match take()? {
+        0 => None,
+        1 => {
+            let (n, after) = rest.split_first_chunk::<8>().ok_or_else(|| DataFusionError::Plan("a gpq scan's limit is truncated".into()))?;
+            rest = after;
+            Some(usize::try_from(u64::from_le_bytes(*n)).map_err(|_| DataFusionError::Plan("a gpq scan's limit does not fit this machine".into()))?)
+        }
+        other => return Err(DataFusionError::Plan(format!("a gpq scan's limit flag is {other}, not 0 or 1"))),
+    };
+    Ok((out, limit, rest))
 }

@@ -183,8 +183,9 @@ fn partition_file(i: usize) -> PartitionedFile {
 
 /// `scan` (a [`GpqScanExec`]) as a `DataSourceExec` of file groups: one
 /// group per scan partition when `groups` is `None`, else one per entry of
-/// `groups`, each running the scan partitions it lists, in that order.
-pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&[Vec<usize>]>) -> Result<Arc<dyn ExecutionPlan>> {
+/// `groups`, each running the scan partitions it lists, in that order; at
+/// most `limit` rows per partition where one was pushed into the file scan.
+pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&[Vec<usize>]>, limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
     let source = GpqFileSource::new(Arc::clone(&scan))?;
     let count = scan.properties().partitioning.partition_count();
     let groups: Vec<Vec<usize>> = match groups {
@@ -216,6 +217,7 @@ pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&
     let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
         .with_file_groups(groups)
         .with_statistics(total.as_ref().clone())
+        .with_limit(limit)
         // Keeps each group with its partition: without it DataFusion lets
         // the partitions of one execution take files from a shared queue,
         // so that the first partition polled could run every scan
@@ -226,9 +228,18 @@ pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&
     Ok(DataSourceExec::from_data_source(config))
 }
 
-/// The scan of a gpq scan planned as file groups, and the scan partitions
-/// each group runs; `None` for any other plan.
-pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<(Arc<dyn ExecutionPlan>, Vec<Vec<usize>>)>> {
+/// What a gpq scan planned as file groups is made of.
+pub(crate) struct FileGroupsScan {
+    /// The [`GpqScanExec`].
+    pub scan: Arc<dyn ExecutionPlan>,
+    /// The scan partitions each group runs.
+    pub groups: Vec<Vec<usize>>,
+    /// A limit pushed into the file scan (rows per partition).
+    pub limit: Option<usize>,
+}
+
+/// The parts of a gpq scan planned as file groups; `None` for any other plan.
+pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<FileGroupsScan>> {
     let exec = plan.downcast_ref::<DataSourceExec>()?;
     let config = exec.data_source().as_ref().downcast_ref::<FileScanConfig>()?;
     let source = config.file_source().downcast_ref::<GpqFileSource>()?;
@@ -245,7 +256,7 @@ pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<(
                 .collect::<Result<Vec<_>>>()
         })
         .collect::<Result<Vec<_>>>();
-    Some(groups.map(|g| (Arc::clone(&source.scan), g)))
+    Some(groups.map(|groups| FileGroupsScan { scan: Arc::clone(&source.scan), groups, limit: config.limit }))
 }
 
 /// Every gpq scan of `plan`, as file groups.
@@ -255,7 +266,7 @@ pub(crate) fn scans_as_file_groups(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<d
             if !node.is::<GpqScanExec>() {
                 return Ok(Transformed::no(node));
             }
-            Ok(Transformed::yes(scan_as_file_groups(node, None)?))
+            Ok(Transformed::yes(scan_as_file_groups(node, None, None)?))
         })?
         .data)
 }

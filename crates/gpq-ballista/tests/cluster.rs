@@ -362,6 +362,14 @@ async fn scheduler_scans_keep_exact_sizes_and_the_batch_size() {
     assert_eq!(decoded.properties().partitioning.partition_count(), 1);
     let all = queries::sorted_lines(&collect(Arc::clone(&scan), ctx.task_ctx()).await.unwrap()).unwrap();
     assert!(all.len() > 1000);
-    assert_eq!(queries::sorted_lines(&collect(one, ctx.task_ctx()).await.unwrap()).unwrap(), all);
+    assert_eq!(queries::sorted_lines(&collect(Arc::clone(&one), ctx.task_ctx()).await.unwrap()).unwrap(), all);
     assert_eq!(queries::sorted_lines(&collect(decoded, ctx.task_ctx()).await.unwrap()).unwrap(), all);
+
+    // A limit pushed into the file scan crosses the codec with it.
+    let limited = one.with_fetch(Some(7)).expect("a file scan takes a limit");
+    let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&limited), &codec).unwrap();
+    let decoded = physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
+    assert_eq!(decoded.fetch(), Some(7));
+    let rows: usize = collect(decoded, ctx.task_ctx()).await.unwrap().iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, 7);
 }
