@@ -19,10 +19,14 @@
 //! the source's opener runs, for each pseudo-file, the scan partition it
 //! names: each task runs exactly its own partitions. The config carries the
 //! scan's statistics, per partition and in total, so exact sizes stay exact.
-//! The pseudo-files are never opened as files, and the groups are never
-//! split, merged or shared between partitions (the source refuses
-//! repartitioning, and the config asks for its order to be kept, which
-//! turns off DataFusion's stealing of files between partitions).
+//! The pseudo-files are never opened as files. A scan partition is never
+//! split: asked for more partitions than it has groups, the source says no;
+//! asked for fewer, it merges whole groups (Ballista asks a broadcast side
+//! for one partition before it reads it in place). Groups are not shared
+//! between partitions either: the config asks for its order to be kept,
+//! which turns off DataFusion's stealing of files between partitions. The
+//! file stream counts the output rows; the scan's own metrics (pruning,
+//! bytes copied, device filters) are in the same set.
 //!
 //! [`GpqSchedulerPlanner`] is the scheduler's query planner: it plans as the
 //! planner it wraps, then replaces every gpq scan so.
@@ -46,7 +50,7 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::object_store::ObjectStore;
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::{DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
@@ -116,13 +120,18 @@ impl FileSource for GpqFileSource {
 
     /// Fewer partitions merge groups (a partition then runs several scan
     /// partitions, one after the other); a scan partition is never split,
-    /// so more partitions than there are scan partitions is no change.
+    /// so more partitions than there are groups is refused.
     /// Ballista asks for one partition where it reads a broadcast join
     /// side inside the joining task.
     fn repartitioned(&self, target: usize, _min_size: usize, _ordering: Option<LexOrdering>, config: &FileScanConfig) -> Result<Option<FileScanConfig>> {
         let groups = &config.file_groups;
-        if target == 0 || target >= groups.len() {
+        if target == 0 || target > groups.len() {
             return Ok(None);
+        }
+        // As many as there are: the same scan, so that a one-partition
+        // broadcast side is read in place too.
+        if target == groups.len() {
+            return Ok(Some(config.clone()));
         }
         let schema = self.table_schema.table_schema();
         let mut merged = Vec::with_capacity(target);
@@ -166,7 +175,11 @@ impl FileOpener for GpqPartitionOpener {
         if partition >= count {
             return Err(DataFusionError::Internal(format!("{name}: a gpq scan of {count} partitions")));
         }
-        let stream = self.scan.execute(partition, Arc::clone(&self.context))?;
+        let scan = self.scan.downcast_ref::<GpqScanExec>().ok_or_else(|| DataFusionError::Internal("a gpq file source without a gpq scan".into()))?;
+        // The file stream counts the output itself: the scan's own counters
+        // of it go to a set nobody reads, or they would count it twice.
+        let uncounted = BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), partition);
+        let stream = scan.execute_with_baseline(partition, Arc::clone(&self.context), uncounted)?;
         Ok(Box::pin(async move { Ok(stream.boxed()) }))
     }
 }
@@ -192,6 +205,14 @@ pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&
         Some(groups) => groups.to_vec(),
         None => (0..count).map(|i| vec![i]).collect(),
     };
+    let mut seen = vec![false; count];
+    for &i in groups.iter().flatten() {
+        match seen.get_mut(i) {
+            Some(seen) if !*seen => *seen = true,
+            Some(_) => return Err(DataFusionError::Plan(format!("partition {i} of a gpq scan is in two file groups"))),
+            None => return Err(DataFusionError::Plan(format!("partition {i} of a gpq scan of {count} partitions"))),
+        }
+    }
     let stats = StatisticsContext::new();
     let schema = scan.schema();
     let groups = groups
@@ -200,9 +221,6 @@ pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&
             let mut files = Vec::with_capacity(partitions.len());
             let mut group_stats = Vec::with_capacity(partitions.len());
             for &i in partitions {
-                if i >= count {
-                    return Err(DataFusionError::Plan(format!("partition {i} of a gpq scan of {count} partitions")));
-                }
                 files.push(partition_file(i));
                 group_stats.push(stats.compute(scan.as_ref(), &StatisticsArgs::new().with_partition(Some(i)))?);
             }
@@ -292,5 +310,69 @@ impl GpqSchedulerPlanner {
 impl QueryPlanner for GpqSchedulerPlanner {
     async fn create_physical_plan(&self, logical_plan: &LogicalPlan, session: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
         scans_as_file_groups(self.inner.create_physical_plan(logical_plan, session).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::object_store::local::LocalFileSystem;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::prelude::SessionContext;
+    use futures::TryStreamExt;
+    use gpq_datafusion::{Backend, GpqTableOptions, register_gpq};
+
+    /// A gpq scan (CPU backend, one partition) of a file of `rows` rows in one row group.
+    async fn scan_of(rows: i64) -> (Arc<dyn ExecutionPlan>, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("gpq-ballista-scan-source-{}-{rows}.parquet", std::process::id()));
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from_iter_values(0..rows))]).unwrap();
+        let mut writer = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let ctx = SessionContext::new();
+        register_gpq(&ctx, "t", &path, GpqTableOptions::new().with_backend(Backend::Cpu)).unwrap();
+        let plan = ctx.sql("select x from t").await.unwrap().create_physical_plan().await.unwrap();
+        let mut node = plan;
+        while !node.is::<GpqScanExec>() {
+            let child = Arc::clone(node.children().first().expect("a gpq scan below"));
+            node = child;
+        }
+        (node, path)
+    }
+
+    /// The batch sizes the opener's stream gives for `batch_size`.
+    async fn opened_batches(scan: &Arc<dyn ExecutionPlan>, batch_size: usize) -> Vec<usize> {
+        let exec = scan_as_file_groups(Arc::clone(scan), None, None).unwrap();
+        let exec = exec.downcast_ref::<DataSourceExec>().unwrap();
+        let config = exec.data_source().as_ref().downcast_ref::<FileScanConfig>().unwrap();
+        let source = config.file_source().with_batch_size(batch_size);
+        let opener = source.create_file_opener(Arc::new(LocalFileSystem::new()), config, 0).unwrap();
+        let stream = opener.open(partition_file(0)).unwrap().await.unwrap();
+        let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
+        batches.iter().map(RecordBatch::num_rows).collect()
+    }
+
+    /// The opener runs the scan with the session's batch size: `DataSourceExec`
+    /// would split larger batches anyway, so this looks below it.
+    #[tokio::test]
+    async fn the_opener_takes_the_batch_size_to_the_scan() {
+        let (scan, path) = scan_of(1000).await;
+        assert_eq!(opened_batches(&scan, 100).await, vec![100; 10]);
+        assert_eq!(opened_batches(&scan, 4096).await, vec![1000]);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// A partition in two groups, or one the scan does not have, is refused.
+    #[tokio::test]
+    async fn groups_name_each_partition_once() {
+        let (scan, path) = scan_of(10).await;
+        assert!(scan_as_file_groups(Arc::clone(&scan), Some(&[vec![0]]), None).is_ok());
+        assert!(scan_as_file_groups(Arc::clone(&scan), Some(&[vec![0], vec![0]]), None).is_err());
+        assert!(scan_as_file_groups(Arc::clone(&scan), Some(&[vec![0, 0]]), None).is_err());
+        assert!(scan_as_file_groups(Arc::clone(&scan), Some(&[vec![1]]), None).is_err());
+        std::fs::remove_file(path).unwrap();
     }
 }

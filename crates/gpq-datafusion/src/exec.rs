@@ -165,9 +165,59 @@ impl GpqScanExec {
         self.parts.backend == ScanBackend::Gpu
     }
 
+    /// Runs scan partition `partition` as `ExecutionPlan::execute` does,
+    /// but counts its output rows and compute time in `baseline` instead of
+    /// the scan's own metrics (which still get everything else: pruning,
+    /// bytes copied, device filters): for a node that runs the scan's
+    /// partitions on its behalf and counts their output itself.
+    pub fn execute_with_baseline(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+        baseline: BaselineMetrics,
+    ) -> Result<SendableRecordBatchStream> {
+        let p = &self.parts;
+        let empty = Vec::new();
+        let units = match p.partitions.get(partition) {
+            Some(units) => units,
+            None if partition == 0 => &empty,
+            None => {
+                return Err(DataFusionError::Internal(format!(
+                    "GpqScanExec has {} partitions, partition {partition} was asked for",
+                    p.partitions.len()
+                )));
+            }
+        };
+        let scan = PartitionScan {
+            files: Arc::clone(&p.files),
+            units: units.clone(),
+            columns: p.columns.clone(),
+            schema: Arc::clone(&self.schema),
+            read_columns: p.read_columns.clone(),
+            read_schema: Arc::clone(&p.read_schema),
+            filter: p.filter.clone(),
+            device: p.options.device_of(partition),
+            // The batch size is all a partition takes from its context:
+            // gpq-ballista's file source runs partitions in a context made
+            // of that alone.
+            batch_size: context.session_config().batch_size(),
+            limit: self.fetch,
+            options: p.options.clone(),
+            decoder: match p.backend {
+                ScanBackend::Cpu => Arc::new(CpuDecoder) as Arc<dyn Decoder>,
+                ScanBackend::Gpu => Arc::new(GpuDecoder),
+            },
+            metrics: PartitionMetrics::new(&self.metrics, partition),
+            io_paths: Arc::clone(&self.io_paths),
+            injected_faults: Arc::clone(&self.injected_faults),
+            injected_after: Arc::clone(&self.injected_after),
+        };
+        execute(scan, baseline)
+    }
+
     /// A handle to the scan's metrics (the same set, not a copy), for a
-    /// node that runs the scan's partitions on its behalf and shows its
-    /// metrics.
+    /// node that runs the scan's partitions on its behalf (with
+    /// [`GpqScanExec::execute_with_baseline`]) and shows its metrics.
     pub fn metrics_set(&self) -> ExecutionPlanMetricsSet {
         self.metrics.clone()
     }
@@ -306,43 +356,7 @@ impl ExecutionPlan for GpqScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let p = &self.parts;
-        let empty = Vec::new();
-        let units = match p.partitions.get(partition) {
-            Some(units) => units,
-            None if partition == 0 => &empty,
-            None => {
-                return Err(DataFusionError::Internal(format!(
-                    "GpqScanExec has {} partitions, partition {partition} was asked for",
-                    p.partitions.len()
-                )));
-            }
-        };
-        let scan = PartitionScan {
-            files: Arc::clone(&p.files),
-            units: units.clone(),
-            columns: p.columns.clone(),
-            schema: Arc::clone(&self.schema),
-            read_columns: p.read_columns.clone(),
-            read_schema: Arc::clone(&p.read_schema),
-            filter: p.filter.clone(),
-            device: p.options.device_of(partition),
-            // The batch size is all a partition takes from its context:
-            // gpq-ballista's file source runs partitions in a context made
-            // of that alone.
-            batch_size: context.session_config().batch_size(),
-            limit: self.fetch,
-            options: p.options.clone(),
-            decoder: match p.backend {
-                ScanBackend::Cpu => Arc::new(CpuDecoder) as Arc<dyn Decoder>,
-                ScanBackend::Gpu => Arc::new(GpuDecoder),
-            },
-            metrics: PartitionMetrics::new(&self.metrics, partition),
-            io_paths: Arc::clone(&self.io_paths),
-            injected_faults: Arc::clone(&self.injected_faults),
-            injected_after: Arc::clone(&self.injected_after),
-        };
-        execute(scan, BaselineMetrics::new(&self.metrics, partition))
+        self.execute_with_baseline(partition, context, BaselineMetrics::new(&self.metrics, partition))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
