@@ -420,3 +420,32 @@ fn read_groups(bytes: &[u8]) -> Result<(Vec<Vec<usize>>, Option<usize>, &[u8])> 
     };
     Ok((out, limit, rest))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_groups_round_trip_and_truncations_are_errors() {
+        for (groups, limit) in [
+            (vec![vec![0], vec![1], vec![2]], None),
+            (vec![vec![3, 0], vec![]], Some(7)),
+            (vec![], Some(usize::MAX >> 1)),
+        ] {
+            let mut bytes = write_groups(&groups, limit).unwrap();
+            bytes.extend_from_slice(b"scan");
+            let (g, l, rest) = read_groups(&bytes).unwrap();
+            assert_eq!((g, l, rest), (groups.clone(), limit, &b"scan"[..]));
+            // Every cut before the scan's bytes is an error, never a panic.
+            for cut in 0..bytes.len() - 4 {
+                assert!(read_groups(&bytes[..cut]).is_err(), "{groups:?} cut at {cut}");
+            }
+        }
+        // A count that claims more than the bytes hold, and a bad limit flag.
+        assert!(read_groups(&u32::MAX.to_le_bytes()).is_err());
+        let mut bad_flag = write_groups(&[vec![0]], None).unwrap();
+        let last = bad_flag.len() - 4;
+        bad_flag[last] = 2;
+        assert!(read_groups(&bad_flag).is_err());
+    }
+}
