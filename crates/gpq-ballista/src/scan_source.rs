@@ -133,25 +133,16 @@ impl FileSource for GpqFileSource {
         if target == groups.len() {
             return Ok(Some(config.clone()));
         }
-        let schema = self.table_schema.table_schema();
+        let groups = group_partitions(config)?;
         let mut merged = Vec::with_capacity(target);
         let mut start = 0;
         for i in 0..target {
             // Contiguous runs of groups, as even in count as they divide.
             let end = groups.len() * (i + 1) / target;
-            let run = &groups[start..end];
-            let files: Vec<PartitionedFile> = run.iter().flat_map(|g| g.iter().cloned()).collect();
-            let mut group = FileGroup::new(files);
-            let stats: Option<Vec<&Statistics>> = run.iter().map(|g| g.file_statistics(None)).collect();
-            if let Some(stats) = stats {
-                group = group.with_statistics(Arc::new(Statistics::try_merge_iter(stats, schema)?));
-            }
-            merged.push(group);
+            merged.push(groups[start..end].concat());
             start = end;
         }
-        let mut config = config.clone();
-        config.file_groups = merged;
-        Ok(Some(config))
+        file_scan_config(Arc::clone(&self.scan), Some(&merged), config.limit).map(Some)
     }
 
     /// The scan's filters were planned into it before it became a file
@@ -199,6 +190,11 @@ fn partition_file(i: usize) -> PartitionedFile {
 /// `groups`, each running the scan partitions it lists, in that order; at
 /// most `limit` rows per partition where one was pushed into the file scan.
 pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&[Vec<usize>]>, limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(DataSourceExec::from_data_source(file_scan_config(scan, groups, limit)?))
+}
+
+/// The file scan config of [`scan_as_file_groups`].
+fn file_scan_config(scan: Arc<dyn ExecutionPlan>, groups: Option<&[Vec<usize>]>, limit: Option<usize>) -> Result<FileScanConfig> {
     let source = GpqFileSource::new(Arc::clone(&scan))?;
     let count = scan.properties().partitioning.partition_count();
     let groups: Vec<Vec<usize>> = match groups {
@@ -243,7 +239,7 @@ pub(crate) fn scan_as_file_groups(scan: Arc<dyn ExecutionPlan>, groups: Option<&
         // would no longer be the partitions it was given).
         .with_preserve_order(true)
         .build();
-    Ok(DataSourceExec::from_data_source(config))
+    Ok(config)
 }
 
 /// What a gpq scan planned as file groups is made of.
@@ -261,7 +257,12 @@ pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<F
     let exec = plan.downcast_ref::<DataSourceExec>()?;
     let config = exec.data_source().as_ref().downcast_ref::<FileScanConfig>()?;
     let source = config.file_source().downcast_ref::<GpqFileSource>()?;
-    let groups = config
+    Some(group_partitions(config).map(|groups| FileGroupsScan { scan: Arc::clone(&source.scan), groups, limit: config.limit }))
+}
+
+/// The scan partitions each file group of `config` runs, from its pseudo-files' names.
+fn group_partitions(config: &FileScanConfig) -> Result<Vec<Vec<usize>>> {
+    config
         .file_groups
         .iter()
         .map(|group| {
@@ -271,10 +272,9 @@ pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<F
                     partition_of(file.object_meta.location.as_ref())
                         .ok_or_else(|| DataFusionError::Internal(format!("{} is not a partition of a gpq scan", file.object_meta.location)))
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect()
         })
-        .collect::<Result<Vec<_>>>();
-    Some(groups.map(|groups| FileGroupsScan { scan: Arc::clone(&source.scan), groups, limit: config.limit }))
+        .collect()
 }
 
 /// Every gpq scan of `plan`, as file groups.
