@@ -302,12 +302,8 @@ impl PhysicalExtensionCodec for GpqPhysicalCodec {
             (SCAN_TAG, scan.to_bytes()?)
         } else if let Some(found) = file_groups_scan(&node) {
             let found = found?;
-            let scan = found
-                .scan
-                .downcast_ref::<GpqScanExec>()
-                .ok_or_else(|| DataFusionError::Internal("a gpq file source without a gpq scan".into()))?;
             let mut bytes = write_groups(&found.groups, found.limit)?;
-            bytes.extend_from_slice(&scan.to_bytes()?);
+            bytes.extend_from_slice(&found.scan.to_bytes()?);
             (FILE_GROUPS_TAG, bytes)
         } else {
             return self.inner.try_encode(node, buf, proto_converter);

@@ -162,10 +162,6 @@ impl FileOpener for GpqPartitionOpener {
     fn open(&self, file: PartitionedFile) -> Result<FileOpenFuture> {
         let name = file.object_meta.location.as_ref();
         let partition = partition_of(name).ok_or_else(|| DataFusionError::Internal(format!("{name} is not a partition of a gpq scan")))?;
-        let count = self.scan.properties().partitioning.partition_count();
-        if partition >= count {
-            return Err(DataFusionError::Internal(format!("{name}: a gpq scan of {count} partitions")));
-        }
         let scan = self.scan.downcast_ref::<GpqScanExec>().ok_or_else(|| DataFusionError::Internal("a gpq file source without a gpq scan".into()))?;
         // The file stream counts the output itself: the scan's own counters
         // of it go to a set nobody reads, or they would count it twice.
@@ -243,9 +239,9 @@ fn file_scan_config(scan: Arc<dyn ExecutionPlan>, groups: Option<&[Vec<usize>]>,
 }
 
 /// What a gpq scan planned as file groups is made of.
-pub(crate) struct FileGroupsScan {
-    /// The [`GpqScanExec`].
-    pub scan: Arc<dyn ExecutionPlan>,
+pub(crate) struct FileGroupsScan<'a> {
+    /// The scan.
+    pub scan: &'a GpqScanExec,
     /// The scan partitions each group runs.
     pub groups: Vec<Vec<usize>>,
     /// A limit pushed into the file scan (rows per partition).
@@ -253,11 +249,11 @@ pub(crate) struct FileGroupsScan {
 }
 
 /// The parts of a gpq scan planned as file groups; `None` for any other plan.
-pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<FileGroupsScan>> {
+pub(crate) fn file_groups_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<FileGroupsScan<'_>>> {
     let exec = plan.downcast_ref::<DataSourceExec>()?;
     let config = exec.data_source().as_ref().downcast_ref::<FileScanConfig>()?;
-    let source = config.file_source().downcast_ref::<GpqFileSource>()?;
-    Some(group_partitions(config).map(|groups| FileGroupsScan { scan: Arc::clone(&source.scan), groups, limit: config.limit }))
+    let scan = config.file_source().downcast_ref::<GpqFileSource>()?.scan.downcast_ref::<GpqScanExec>()?;
+    Some(group_partitions(config).map(|groups| FileGroupsScan { scan, groups, limit: config.limit }))
 }
 
 /// The scan partitions each file group of `config` runs, from its pseudo-files' names.
