@@ -276,6 +276,13 @@ pub enum Error {
     #[error("cannot filter on the device: {0}")]
     Filter(String),
 
+    /// A grouped aggregation the device cannot do as asked: a column type
+    /// or an expression it has no arithmetic for, a grouping value wider
+    /// than its part of the key, a value that overflows, more groups than
+    /// its table holds. The caller aggregates on the host instead.
+    #[error("cannot aggregate on the device: {0}")]
+    Aggregate(String),
+
     /// An internal invariant did not hold: a bug in gpq, please report it.
     #[error("internal error in gpq: {0}")]
     Internal(String),
@@ -329,6 +336,7 @@ impl Error {
             Error::SchemaMismatch { .. } => "schema-mismatch",
             Error::Export(_) => "export",
             Error::Filter(_) => "filter",
+            Error::Aggregate(_) => "aggregate",
             Error::Internal(_) => "internal",
             Error::Arrow(_) => "arrow",
         }

@@ -194,13 +194,13 @@ fn unsupported_column(schema: &Schema, c: usize) -> Error {
 }
 
 // FilterColumnKind (filter.cu).
-const KIND_INT: u32 = 0;
-const KIND_UINT: u32 = 1;
-const KIND_FLOAT: u32 = 2;
-const KIND_BOOL: u32 = 3;
-const KIND_STRING: u32 = 4;
-const KIND_LARGE_STRING: u32 = 5;
-const KIND_VIEW: u32 = 6;
+pub(super) const KIND_INT: u32 = 0;
+pub(super) const KIND_UINT: u32 = 1;
+pub(super) const KIND_FLOAT: u32 = 2;
+pub(super) const KIND_BOOL: u32 = 3;
+pub(super) const KIND_STRING: u32 = 4;
+pub(super) const KIND_LARGE_STRING: u32 = 5;
+pub(super) const KIND_VIEW: u32 = 6;
 
 // FilterOpCode (filter.cu).
 const OP_COMPARE: u32 = 0;
@@ -219,7 +219,7 @@ const OP_COLUMNS: u32 = 10;
 const MAX_DEPTH: usize = 32;
 
 /// The filter kind and value width of a column type, if the device compares it.
-fn column_kind(t: &DataType) -> Option<(u32, u32)> {
+pub(super) fn column_kind(t: &DataType) -> Option<(u32, u32)> {
     use DataType as D;
     Some(match t {
         D::Int8 => (KIND_INT, 1),
@@ -243,7 +243,7 @@ fn column_kind(t: &DataType) -> Option<(u32, u32)> {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-struct FilterColumn {
+pub(super) struct FilterColumn {
     values: u64,
     values_len: u64,
     validity: u64,
@@ -255,6 +255,33 @@ struct FilterColumn {
     offset: u64,
     kind: u32,
     width: u32,
+}
+
+impl FilterColumn {
+    /// The kernel's view of `col`'s buffers (kind `u32::MAX` where the
+    /// device has no comparison for its type).
+    pub(super) fn of(col: &DeviceColumn) -> FilterColumn {
+        let (kind, width) = column_kind(&col.device_type).unwrap_or((u32::MAX, 0));
+        let (offsets, data) = match kind {
+            KIND_VIEW => (None, col.view_data.as_ref()),
+            KIND_STRING | KIND_LARGE_STRING => (col.offsets.as_ref(), None),
+            _ => (None, None),
+        };
+        let validity = col.validity.as_ref().filter(|_| col.null_count > 0);
+        FilterColumn {
+            values: col.values.ptr(),
+            values_len: col.values.len(),
+            validity: validity.map_or(0, |v| v.ptr()),
+            validity_len: validity.map_or(0, |v| v.len()),
+            offsets: offsets.map_or(0, |o| o.ptr()),
+            offsets_len: offsets.map_or(0, |o| o.len()),
+            data: data.map_or(0, |d| d.ptr()),
+            data_len: data.map_or(0, |d| d.len()),
+            offset: col.offset as u64,
+            kind,
+            width,
+        }
+    }
 }
 
 #[repr(C)]
@@ -496,29 +523,29 @@ impl Program {
 }
 
 /// Threads per block of the filter and gather kernels (whole warps).
-const BLOCK: u32 = 256;
+pub(super) const BLOCK: u32 = 256;
 /// Threads per block of the scan kernels (scan.cu `SCAN_TILE`).
 const SCAN_TILE: u64 = 1024;
 /// Most blocks of one grid-stride launch.
 const MAX_BLOCKS: u64 = 65_535;
 
-fn grid_for(threads: u64) -> u32 {
+pub(super) fn grid_for(threads: u64) -> u32 {
     threads.div_ceil(BLOCK as u64).clamp(1, MAX_BLOCKS) as u32
 }
 
 /// Bytes of `n` items of `size` bytes, checked.
-fn bytes_of(n: u64, size: u64) -> Result<u64> {
+pub(super) fn bytes_of(n: u64, size: u64) -> Result<u64> {
     n.checked_mul(size).ok_or_else(|| Error::Internal("filter buffer size overflow".into()))
 }
 
 /// Packs host tables into one upload, each at a 16-byte aligned offset.
 #[derive(Default)]
-struct Upload {
-    bytes: Vec<u8>,
+pub(super) struct Upload {
+    pub(super) bytes: Vec<u8>,
 }
 
 impl Upload {
-    fn put(&mut self, data: &[u8]) -> u64 {
+    pub(super) fn put(&mut self, data: &[u8]) -> u64 {
         let at = self.bytes.len().next_multiple_of(16);
         self.bytes.resize(at, 0);
         self.bytes.extend_from_slice(data);
@@ -819,7 +846,7 @@ impl DeviceTable {
 }
 
 /// A bitmap of `n` rows with the rows inside `ranges` set.
-fn ranges_bitmap(ranges: &[std::ops::Range<usize>], n: usize) -> Vec<u8> {
+pub(super) fn ranges_bitmap(ranges: &[std::ops::Range<usize>], n: usize) -> Vec<u8> {
     let mut bitmap = vec![0u8; n.div_ceil(8)];
     for r in ranges {
         for i in r.start.min(n)..r.end.min(n) {
@@ -859,33 +886,7 @@ impl Filtering<'_> {
         let words = n.div_ceil(32);
         let bits = DeviceBuffer::alloc(self.stream, bytes_of(words, 4)?, "filter bitmap")?;
         let counts = DeviceBuffer::alloc(self.stream, bytes_of(words, 8)?, "filter counts")?;
-        let columns: Vec<FilterColumn> = program
-            .columns
-            .iter()
-            .map(|&c| {
-                let col = &table.columns[c];
-                let (kind, width) = column_kind(&col.device_type).unwrap_or((u32::MAX, 0));
-                let (offsets, data) = match kind {
-                    KIND_VIEW => (None, col.view_data.as_ref()),
-                    KIND_STRING | KIND_LARGE_STRING => (col.offsets.as_ref(), None),
-                    _ => (None, None),
-                };
-                let validity = col.validity.as_ref().filter(|_| col.null_count > 0);
-                FilterColumn {
-                    values: col.values.ptr(),
-                    values_len: col.values.len(),
-                    validity: validity.map_or(0, |v| v.ptr()),
-                    validity_len: validity.map_or(0, |v| v.len()),
-                    offsets: offsets.map_or(0, |o| o.ptr()),
-                    offsets_len: offsets.map_or(0, |o| o.len()),
-                    data: data.map_or(0, |d| d.ptr()),
-                    data_len: data.map_or(0, |d| d.len()),
-                    offset: col.offset as u64,
-                    kind,
-                    width,
-                }
-            })
-            .collect();
+        let columns: Vec<FilterColumn> = program.columns.iter().map(|&c| FilterColumn::of(&table.columns[c])).collect();
         // One upload: the program header first, then its tables.
         let mut up = Upload::default();
         let header_len = std::mem::size_of::<FilterProgram>();

@@ -27,6 +27,7 @@ use crate::decode::layouts::VIEW_BUFFER_SHIFT;
 use crate::error::Result;
 use crate::stats::{ReadStats, SetupStats};
 
+pub mod aggregate;
 pub mod c_device;
 pub mod dlpack;
 pub mod filter;

@@ -80,11 +80,13 @@ pub enum Kernel {
     GatherLengths,
     /// Strings and views of listed rows (`gather.cu`).
     GatherStrings,
+    /// Grouped partial aggregation of rows (`aggregate.cu`).
+    Aggregate,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 28] = [
+    pub const ALL: [Kernel; 29] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -113,6 +115,7 @@ impl Kernel {
         Kernel::GatherBits,
         Kernel::GatherLengths,
         Kernel::GatherStrings,
+        Kernel::Aggregate,
     ];
 
     /// The `extern "C"` name of the kernel in the sources.
@@ -146,6 +149,7 @@ impl Kernel {
             Kernel::GatherBits => "gpq_gather_bits",
             Kernel::GatherLengths => "gpq_gather_lengths",
             Kernel::GatherStrings => "gpq_gather_strings",
+            Kernel::Aggregate => "gpq_aggregate",
         }
     }
 }
@@ -169,10 +173,11 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("scan.cu", include_str!("kernels/scan.cu")),
     ("filter.cu", include_str!("kernels/filter.cu")),
     ("gather.cu", include_str!("kernels/gather.cu")),
+    ("aggregate.cu", include_str!("kernels/aggregate.cu")),
 ];
 
 /// Options every compile uses (the architecture is added per device).
-pub(crate) const NVRTC_OPTIONS: &[&str] = &["-std=c++17", "-lineinfo", "-DGPQ_NVRTC=1"];
+pub(crate) const NVRTC_OPTIONS: &[&str] = &["-std=c++17", "-lineinfo", "-DGPQ_NVRTC=1", "--device-int128"];
 
 /// The whole translation unit, with `#line` markers so compiler messages name the right file.
 pub(crate) fn translation_unit() -> String {

@@ -28,6 +28,7 @@
 #include "../kernels/scan.cu"
 #include "../kernels/filter.cu"
 #include "../kernels/gather.cu"
+#include "../kernels/aggregate.cu"
 
 namespace gpq_emu {
 
@@ -282,7 +283,8 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_gather_fixed)      \
   X(gpq_gather_bits)       \
   X(gpq_gather_lengths)    \
-  X(gpq_gather_strings)
+  X(gpq_gather_strings)    \
+  X(gpq_aggregate)
 
 struct KernelEntry {
   const char* name;
