@@ -171,6 +171,9 @@ stage_sanitizer_filter() {
   for tool in memcheck racecheck synccheck; do
     GPQ_TEST_SMALL=1 timeout 120 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-filter_gpu" --test-threads=1 --skip random > "$OUT/$tool-filter.log" 2>&1
     note "$tool test-filter_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-filter.log" | tr '\n' ' ')"
+    # The aggregation kernel (issue 15's device partial aggregation).
+    GPQ_TEST_SMALL=1 timeout 120 compute-sanitizer --tool $tool --kernel-name kns=gpq_ --error-exitcode 99 "$work/bin/test-aggregate_gpu" --test-threads=1 > "$OUT/$tool-aggregate.log" 2>&1
+    note "$tool test-aggregate_gpu: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/$tool-aggregate.log" | tr '\n' ' ')"
   done
 }
 

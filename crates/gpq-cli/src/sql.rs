@@ -46,6 +46,10 @@ pub struct EngineArgs {
     /// Leave every filter to DataFusion (no filtering on the device).
     #[arg(long)]
     pub no_device_filters: bool,
+    /// Leave partial aggregations over GPU scans to DataFusion (no
+    /// aggregation on the device).
+    #[arg(long)]
+    pub no_device_aggregation: bool,
     /// With device filters, decode the filters' columns first and the other
     /// columns only where rows survive them (pays where survivors cluster).
     #[arg(long)]
@@ -155,7 +159,9 @@ impl EngineArgs {
         if let Some(cluster) = &self.cluster {
             return crate::cluster::context(cluster, config).await;
         }
-        Ok(SessionContext::new_with_config(config))
+        let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features();
+        let state = if self.no_device_aggregation { state } else { gpq_datafusion::with_device_aggregation(state) };
+        Ok(SessionContext::new_with_state(state.build()))
     }
 }
 

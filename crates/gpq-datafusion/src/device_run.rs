@@ -177,6 +177,7 @@ impl<'a> SpanCursor<'a> {
     }
 
     /// The slices of `batch` (the reader's next rows) the scan keeps.
+    #[cfg(test)]
     pub fn keep(&mut self, batch: &RecordBatch) -> Vec<RecordBatch> {
         self.keep_ranges(batch.num_rows()).into_iter().map(|r| batch.slice(r.start, r.len())).collect()
     }

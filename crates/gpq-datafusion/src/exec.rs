@@ -176,6 +176,19 @@ impl GpqScanExec {
         context: Arc<TaskContext>,
         baseline: BaselineMetrics,
     ) -> Result<SendableRecordBatchStream> {
+        self.execute_with_aggregate(partition, context, baseline, None)
+    }
+
+    /// [`GpqScanExec::execute_with_baseline`], with the GPU backend sending
+    /// the partial aggregation of what it decodes to `aggregate` (the
+    /// stream then carries only the rows the device did not aggregate).
+    pub(crate) fn execute_with_aggregate(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+        baseline: BaselineMetrics,
+        aggregate: Option<crate::aggregate::AggregateSink>,
+    ) -> Result<SendableRecordBatchStream> {
         let p = &self.parts;
         let empty = Vec::new();
         let units = match p.partitions.get(partition) {
@@ -209,6 +222,7 @@ impl GpqScanExec {
             },
             metrics: PartitionMetrics::new(&self.metrics, partition),
             io_paths: Arc::clone(&self.io_paths),
+            aggregate,
             injected_faults: Arc::clone(&self.injected_faults),
             injected_after: Arc::clone(&self.injected_after),
         };

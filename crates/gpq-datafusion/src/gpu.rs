@@ -112,7 +112,7 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     // Late materialization, where it applies (see the `late` module); its
     // progress is where a CPU read takes over if it fails.
     let late = match &scan.filter {
-        Some(filter) if scan.options.late_materialization => LatePlan::new(scan, filter),
+        Some(filter) if scan.options.late_materialization && scan.aggregate.is_none() => LatePlan::new(scan, filter),
         _ => None,
     };
     let mut late_active = late.is_some();
@@ -147,6 +147,7 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                     let within = cursor.keep_ranges(table.num_rows());
                     let within = restriction(&within, table.num_rows());
                     match filtered_on_device(scan, filter, table, &positions, within)? {
+                        Filtered::Aggregated(rows) => sent += rows,
                         Filtered::OnHost(batch) => {
                             sent += batch.num_rows();
                             if !sink.send(vec![batch]) {
@@ -173,14 +174,24 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                     }
                 }
                 None => {
-                    let mut staged = stage_to_host(scan, table)?;
-                    while let Some(chunk) = next_chunk(scan, &mut staged) {
-                        let chunk = conform(&chunk?, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
-                        let pieces = cursor.keep(&chunk);
-                        sent += pieces.iter().map(RecordBatch::num_rows).sum::<usize>();
-                        if !sink.send(pieces) {
-                            stopped = true;
-                            break;
+                    let n = table.num_rows();
+                    let keep = cursor.keep_ranges(n);
+                    if let Some(agg) = &scan.aggregate
+                        && let Some(rows) = agg.try_aggregate(scan, &table, Some(&positions), restriction(&keep, n))?
+                    {
+                        sent += rows;
+                    } else {
+                        let mut staged = stage_to_host(scan, table)?;
+                        let mut at = 0usize;
+                        while let Some(chunk) = next_chunk(scan, &mut staged) {
+                            let chunk = conform(&chunk?, &positions, &scan.schema).map_err(|e| Error::Internal(e.to_string()))?;
+                            let pieces = slices_within(&chunk, at, &keep);
+                            at += chunk.num_rows();
+                            sent += pieces.iter().map(RecordBatch::num_rows).sum::<usize>();
+                            if !sink.send(pieces) {
+                                stopped = true;
+                                break;
+                            }
                         }
                     }
                 }
@@ -256,8 +267,22 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
     }
 }
 
+/// The slices of `chunk` (rows `at..` of a batch) inside `keep` (ranges of
+/// the batch's rows, ascending).
+fn slices_within(chunk: &RecordBatch, at: usize, keep: &[std::ops::Range<usize>]) -> Vec<RecordBatch> {
+    let end = at + chunk.num_rows();
+    keep.iter()
+        .filter_map(|r| {
+            let (a, b) = (r.start.max(at), r.end.min(end));
+            (a < b).then(|| chunk.slice(a - at, b - a))
+        })
+        .collect()
+}
+
 /// A decoded batch after the scan's filters.
 enum Filtered {
+    /// Aggregated on the device (see the `aggregate` module): the rows it took.
+    Aggregated(usize),
     /// Filtered on the device: its kept rows on their way to the host, in chunks.
     OnDevice(StagedBatches),
     /// Copied whole and filtered on the host (the device could not filter it).
@@ -286,6 +311,11 @@ fn filtered_on_device(
                 m.device_filter_time.add_duration(f.time);
             }
             drop(table);
+            if let Some(agg) = &scan.aggregate
+                && let Some(rows) = agg.try_aggregate(scan, &kept, None, None)?
+            {
+                return Ok(Filtered::Aggregated(rows));
+            }
             Ok(Filtered::OnDevice(stage_to_host(scan, kept)?))
         }
         Err(Error::Filter(why)) => {

@@ -105,6 +105,7 @@
 
 #![warn(missing_docs)]
 
+mod aggregate;
 mod cpu;
 mod device_run;
 mod exec;
@@ -125,8 +126,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 
+pub use aggregate::{GpqAggregatePushdown, GpqPartialAggregateExec};
 pub use exec::GpqScanExec;
 pub use options::{Backend, DEFAULT_GPU_MIN_PASSES, DEFAULT_GPU_MIN_SCAN_BYTES, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
 pub use remote::ScanDevice;
@@ -159,4 +162,12 @@ pub fn register_gpq(
 /// Wraps a gpq error for DataFusion, keeping its text.
 pub fn to_df_error(e: gpq::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
+}
+
+/// `state` with gpq's partial aggregation on the device
+/// ([`GpqAggregatePushdown`]) after DataFusion's own physical optimizer
+/// rules: a session built from it aggregates over GPU scans on the device
+/// where it can, and exactly as DataFusion would.
+pub fn with_device_aggregation(state: SessionStateBuilder) -> SessionStateBuilder {
+    state.with_physical_optimizer_rule(Arc::new(GpqAggregatePushdown))
 }

@@ -22,7 +22,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use gpq_bench::tpch::queries::{self, TableSource};
-use gpq_datafusion::{Backend, GpqScanExec, GpqTable, GpqTableOptions, register_gpq};
+use gpq_datafusion::{Backend, GpqPartialAggregateExec, GpqScanExec, GpqTable, GpqTableOptions, register_gpq};
 use libtest_mimic::{Arguments, Trial};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
@@ -62,6 +62,7 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let gpu = device_trial("gpu_backend_tpch", |emulated| Box::pin(gpu_backend_tpch(emulated)));
     let filters = device_trial("device_filters_match_builtin", |emulated| Box::pin(device_filters_match_builtin(emulated)));
+    let aggregation = device_trial("device_aggregation_matches_builtin", |emulated| Box::pin(device_aggregation_matches_builtin(emulated)));
     let trials = vec![
         trial("tpch_22_queries_match_builtin_parquet", || Box::pin(tpch_22_queries_match_builtin_parquet())),
         trial("empty_projection_counts_rows", || Box::pin(empty_projection_counts_rows())),
@@ -73,6 +74,7 @@ fn main() -> ExitCode {
         trial("auto_backend_picks_and_shows_the_decoder", || Box::pin(auto_backend_picks_and_shows_the_decoder())),
         gpu,
         filters,
+        aggregation,
     ];
     libtest_mimic::run(&args, trials).exit_code()
 }
@@ -771,5 +773,74 @@ async fn device_filters_match_builtin(emulated: bool) {
         let q = format!("select i from t where {filter}");
         let on_device = !has_filter_exec(&physical(&got_ctx, &q).await);
         eprintln!("{filter}: {}", if on_device { "on the device" } else { "DataFusion's FilterExec" });
+    }
+}
+
+/// Partial aggregations over GPU scans computed on the device
+/// (`with_device_aggregation`) give the built-in Parquet tables' answers:
+/// TPC-H q1 and q6, and groupings that exercise every state and every way
+/// back to the host (more groups than the device table holds, grouping
+/// strings too long for the key, a scan with and without filters).
+async fn device_aggregation_matches_builtin(emulated: bool) {
+    if emulated {
+        gpq::cuda::use_emulator().unwrap();
+    }
+    let dir = tpch_dir(0.01);
+    let builtin = context(2);
+    queries::register_tables(&builtin, &dir, &TableSource::Parquet).await.unwrap();
+    let state = datafusion::execution::SessionStateBuilder::new().with_config(SessionConfig::new().with_target_partitions(2)).with_default_features();
+    let ours = SessionContext::new_with_state(gpq_datafusion::with_device_aggregation(state).build());
+    let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false);
+    queries::register_tables(&ours, &dir, &TableSource::Gpq(gpu)).await.unwrap();
+    let device_nodes = |plan: &Arc<dyn ExecutionPlan>| {
+        let mut found = Vec::new();
+        let mut stack = vec![Arc::clone(plan)];
+        while let Some(p) = stack.pop() {
+            if p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some() {
+                found.push(Arc::clone(&p));
+            }
+            stack.extend(p.children().into_iter().cloned());
+        }
+        found
+    };
+    for n in [1, 6] {
+        let sql_text = queries::query(n).unwrap();
+        let plan = ours.sql(sql_text).await.unwrap().create_physical_plan().await.unwrap();
+        let nodes = device_nodes(&plan);
+        assert_eq!(nodes.len(), 1, "q{n}: no device aggregation in\n{}", datafusion::physical_plan::displayable(plan.as_ref()).indent(true));
+        let actual = collect(Arc::clone(&plan), ours.task_ctx()).await.unwrap();
+        let expected = queries::run_query(&builtin, n).await.unwrap();
+        assert_same_rows(&format!("TPC-H q{n}, device aggregation"), &expected, &actual);
+        assert!(metric(&nodes[0], "device_aggregate_rows_in") > 0, "q{n} aggregated nothing on the device");
+    }
+    // (query, whether every batch must be aggregated on the device)
+    let cases = [
+        ("select l_returnflag, l_linestatus, count(*), count(l_tax), sum(l_quantity), min(l_shipdate), max(l_shipdate), \
+          min(l_extendedprice), max(l_discount), avg(l_discount) from lineitem group by l_returnflag, l_linestatus", true),
+        ("select l_shipmode, sum(l_quantity * 2 + l_tax), sum(l_linenumber), avg(l_extendedprice * (1 - l_discount)) \
+          from lineitem where l_shipinstruct = 'NONE' group by l_shipmode", true),
+        ("select l_linenumber, l_suppkey % 3 = 0 as k, count(*) from lineitem group by l_linenumber, l_suppkey % 3 = 0", false),
+        ("select sum(l_quantity), count(*) from lineitem where l_shipdate >= date '1995-01-01'", true),
+        ("select l_orderkey, sum(l_quantity), count(*) from lineitem group by l_orderkey", false),
+        ("select l_comment, count(*) from lineitem group by l_comment", false),
+        ("select o_orderpriority, o_orderstatus, count(*), sum(o_totalprice), min(o_orderdate) from orders group by o_orderpriority, o_orderstatus", false),
+    ];
+    for (q, all_on_device) in cases {
+        let plan = ours.sql(q).await.unwrap().create_physical_plan().await.unwrap();
+        let actual = collect(Arc::clone(&plan), ours.task_ctx()).await.unwrap();
+        let expected = sql(&builtin, q).await;
+        let sort = |b: &[RecordBatch]| {
+            let mut lines: Vec<String> = pretty_format_batches(b).unwrap().to_string().lines().map(str::to_string).collect();
+            lines.sort();
+            lines
+        };
+        assert_eq!(sort(&expected), sort(&actual), "{q}");
+        let nodes = device_nodes(&plan);
+        if all_on_device {
+            assert_eq!(nodes.len(), 1, "{q}: no device aggregation in\n{}", datafusion::physical_plan::displayable(plan.as_ref()).indent(true));
+            assert_eq!(metric(&nodes[0], "device_aggregate_fallbacks"), 0, "{q}");
+            assert!(metric(&nodes[0], "device_aggregate_rows_in") > 0, "{q}");
+        }
+        eprintln!("device aggregation: {} rows, {} device nodes: {q}", rows(&actual), nodes.len());
     }
 }
