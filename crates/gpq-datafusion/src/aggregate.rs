@@ -46,7 +46,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, RecordBatchStream};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode, PlanProperties, RecordBatchStream};
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tracing::debug;
@@ -92,6 +92,11 @@ fn transparent(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> 
 fn rewrite(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     let agg = node.downcast_ref::<AggregateExec>()?;
     if *agg.mode() != AggregateMode::Partial || agg.limit_options().is_some() || agg.filter_expr().iter().any(Option::is_some) {
+        return None;
+    }
+    // The device's groups come in no order: a partial aggregation that
+    // streams over sorted input (and promises sorted output) stays.
+    if *agg.input_order_mode() != InputOrderMode::Linear || agg.properties().output_ordering().is_some() {
         return None;
     }
     let mut below = Arc::clone(agg.input());
