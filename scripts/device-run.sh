@@ -388,7 +388,8 @@ stage_tpch_cpu_time() {
   # keep them busy? Each query six times in one process (the first cold), with the
   # process's user and system CPU seconds beside its wall time: CPU backend; GPU with one
   # pass, 4 passes, blocking waits, 8 and 32 partitions, and GPU scans of at least 64 and
-  # 128 MiB a partition (gpu_min_partition_bytes). 16 cores x wall time against user +
+  # 128 MiB a partition (gpu_min_partition_bytes); and GPU without the device partial
+  # aggregation (the others have it). 16 cores x wall time against user +
   # system time says how busy the cores were.
   d=$data/suite/default
   if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
@@ -405,6 +406,7 @@ stage_tpch_cpu_time() {
     q=$(gpq_tpch_query $n); all="$q; $q; $q; $q; $q; $q"
     cpu_time q$n-cpu GPQ_X=1 -- --backend cpu
     cpu_time q$n-gpu GPQ_X=1 -- --backend gpu
+    cpu_time q$n-gpu-no-device-aggregation GPQ_X=1 -- --backend gpu --no-device-aggregation
     cpu_time q$n-gpu-4-passes GPQ_X=1 -- --backend gpu --min-passes 4
     cpu_time q$n-gpu-blocking GPQ_CUDA_WAIT=blocking -- --backend gpu
     cpu_time q$n-gpu-8-partitions GPQ_X=1 -- --backend gpu --partitions 8

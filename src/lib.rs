@@ -20,6 +20,8 @@
 //! | options from `GPQ_*` environment variables, as the CLI does | [`ReadOptions::from_env`] |
 //! | to hand a table, a column or a stream of batches to another GPU library without a copy (cuDF, nanoarrow, anything that imports `ArrowDeviceArray`) | [`DeviceTable::to_device_array`], [`DeviceTable::column_to_device_array`], [`DeviceBatchReader::into_device_stream`] ([`arrow::c_device`]) |
 //! | a fixed-width column, or any buffer of a column, as a DLPack tensor (PyTorch, CuPy, JAX) | [`DeviceColumn::values_tensor`], [`DeviceColumn::buffer_tensor`] ([`arrow::dlpack`]) |
+//! | the rows where a predicate holds, filtered on the device before any copy | [`DeviceTable::filter_columns`] ([`arrow::filter`]) |
+//! | per-group counts, exact sums, minima and maxima computed on the device, one row per group copied back | [`DeviceTable::aggregate`] ([`arrow::aggregate`]) |
 //!
 //! SQL over Parquet decoded by gpq is the `gpq-datafusion` crate; the `gpq`
 //! command line is `gpq-cli`; the Python package `gpq` is `gpq-python`.

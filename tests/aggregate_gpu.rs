@@ -16,12 +16,13 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Int16Array, Int32Array, Int64Array, RecordBatch, StringArray,
-    StringViewArray,
+    StringViewArray, UInt8Array,
 };
-use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Field, Int16Type, Int32Type, Int64Type, Schema};
+use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Field, Int16Type, Int32Type, Int64Type, Schema, UInt8Type, i256};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use common::{Rng, gpu_trial, probe_device, run_trials};
 use gpq::arrow::aggregate::{Aggregate, AggregateFunction as F, GroupBy, Groups, ValueExpr as V};
+use gpq::arrow::filter::{CmpOp, Literal, Predicate};
 use gpq::cuda::GpuContext;
 use gpq::{DeviceTable, Error, ReadOptions, read_parquet_to_device};
 use parquet::arrow::ArrowWriter;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
     run_trials(vec![
         gpu_trial(&device, "groupings_and_programs_match_the_host", groupings_match_the_host),
         gpu_trial(&device, "rows_within_ranges_only", rows_within_ranges_only),
+        gpu_trial(&device, "rows_a_device_filter_keeps", rows_a_device_filter_keeps),
         gpu_trial(&device, "what_the_device_cannot_do_exactly_is_an_aggregate_error", refusals),
     ])
 }
@@ -54,6 +56,7 @@ fn table(seed: u64) -> RecordBatch {
     let disc: Decimal128Array = rows.clone().map(|_| Some(v(11) as i128)).collect::<Decimal128Array>().with_precision_and_scale(15, 2).unwrap();
     let qty: Int32Array = rows.clone().map(|_| (v(9) != 0).then(|| v(50) as i32 + 1)).collect();
     let id: Int64Array = rows.clone().map(|i| Some(i as i64)).collect();
+    let bytes: UInt8Array = rows.clone().map(|_| (v(17) != 0).then(|| v(256) as u8)).collect();
     let words = ["short", "a much longer comment", ""];
     let comment: StringArray = rows.clone().map(|_| Some(words[v(3) as usize])).collect();
     let columns: Vec<(&str, ArrayRef)> = vec![
@@ -68,6 +71,7 @@ fn table(seed: u64) -> RecordBatch {
         ("qty", Arc::new(qty)),
         ("id", Arc::new(id)),
         ("comment", Arc::new(comment)),
+        ("byte", Arc::new(bytes)),
     ];
     let fields: Vec<Field> = columns.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), a.null_count() > 0)).collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns.into_iter().map(|(_, a)| a).collect()).unwrap()
@@ -100,6 +104,7 @@ fn number(a: &dyn Array, row: usize) -> Option<i128> {
         DataType::Int16 => a.as_primitive::<Int16Type>().value(row) as i128,
         DataType::Int32 => a.as_primitive::<Int32Type>().value(row) as i128,
         DataType::Int64 => a.as_primitive::<Int64Type>().value(row) as i128,
+        DataType::UInt8 => a.as_primitive::<UInt8Type>().value(row) as i128,
         DataType::Date32 => a.as_primitive::<Date32Type>().value(row) as i128,
         DataType::Decimal128(..) => a.as_primitive::<Decimal128Type>().value(row),
         t => panic!("no number of type {t}"),
@@ -140,7 +145,7 @@ fn eval(batch: &RecordBatch, e: &V, row: usize) -> Result<Option<i128>, ()> {
     })
 }
 
-type Table = BTreeMap<Vec<String>, Vec<(u64, i128)>>;
+type Table = BTreeMap<Vec<String>, Vec<(u64, i256)>>;
 
 fn render(a: &dyn Array, row: usize) -> String {
     if a.is_null(row) {
@@ -157,19 +162,20 @@ fn reference(batch: &RecordBatch, g: &GroupBy, within: Option<&[std::ops::Range<
             continue;
         }
         let key: Vec<String> = g.keys.iter().map(|&c| render(batch.column(c).as_ref(), row)).collect();
-        let states = out.entry(key).or_insert_with(|| vec![(0, 0); g.aggregates.len()]);
+        let states = out.entry(key).or_insert_with(|| vec![(0, i256::ZERO); g.aggregates.len()]);
         for (a, s) in g.aggregates.iter().zip(states.iter_mut()) {
             let Some(input) = &a.input else {
                 s.0 += 1;
                 continue;
             };
             let Some(x) = eval(batch, input, row).expect("the reference input is in range") else { continue };
+            let x = i256::from_i128(x);
             s.1 = match (a.function, s.0) {
                 (F::Sum, _) => s.1 + x,
                 (F::Min, 0) | (F::Max, 0) => x,
                 (F::Min, _) => s.1.min(x),
                 (F::Max, _) => s.1.max(x),
-                _ => 0,
+                _ => i256::ZERO,
             };
             s.0 += 1;
         }
@@ -219,6 +225,10 @@ fn groupings_match_the_host(_: &Arc<GpuContext>) {
             (vec![day, small], vec![agg(F::Sum, Some(V::Column(big))), agg(F::Min, Some(V::Column(big))), agg(F::Max, Some(V::Column(small)))]),
             (vec![], q1),
             (vec![small], vec![agg(F::Count, Some(V::Add(c(qty), Box::new(V::Literal(None)))))]),
+            // Unsigned keys above the signed range of their width.
+            (vec![col(&host, "byte")], vec![agg(F::CountRows, None), agg(F::Max, Some(V::Column(price)))]),
+            // Sums beyond 128 bits (products near 2^126 in each row).
+            (vec![status], vec![agg(F::Sum, Some(V::Mul(c(col(&host, "huge")), c(col(&host, "huge"))))), agg(F::Sum, Some(V::Column(big)))]),
         ];
         for (keys, aggregates) in groupings {
             let g = GroupBy { keys, aggregates, capacity: GroupBy::DEFAULT_CAPACITY };
@@ -246,6 +256,32 @@ fn rows_within_ranges_only(_: &Arc<GpuContext>) {
     assert_eq!(device_groups(&got), reference(&host, &g, Some(&within)));
     let none = device.aggregate(&g, Some(&[])).unwrap();
     assert_eq!((none.len, none.rows_in), (0, 0));
+}
+
+fn rows_a_device_filter_keeps(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (device, host) = load(dir.path(), 5);
+    let (qty, price, flag) = (col(&host, "qty"), col(&host, "price"), col(&host, "flag"));
+    let g = GroupBy {
+        keys: vec![flag],
+        aggregates: vec![agg(F::CountRows, None), agg(F::Sum, Some(V::Column(price))), agg(F::Min, Some(V::Column(qty)))],
+        capacity: 16,
+    };
+    // qty < 25 (NULL drops the row), inside the ranges or everywhere.
+    let predicate = Predicate::Compare { column: qty, op: CmpOp::Lt, value: Literal::Int(25) };
+    let kept = |row: usize| number(host.column(qty).as_ref(), row).is_some_and(|q| q < 25);
+    for within in [None, Some(vec![0..1000, 3000..3100])] {
+        let rows: Vec<std::ops::Range<usize>> = (0..ROWS)
+            .filter(|&r| kept(r) && within.as_ref().is_none_or(|w| w.iter().any(|x| x.contains(&r))))
+            .map(|r| r..r + 1)
+            .collect();
+        let got = device.filter_aggregate(&predicate, within.as_deref(), &g).unwrap();
+        assert_eq!(got.rows_in, rows.len() as u64);
+        assert_eq!(device_groups(&got), reference(&host, &g, Some(&rows)), "within {within:?}");
+    }
+    // A predicate the device cannot evaluate is the filter's error.
+    let like_on_int = Predicate::Like { column: qty, pattern: b"1%".to_vec() };
+    assert!(matches!(device.filter_aggregate(&like_on_int, None, &g), Err(Error::Filter(_))));
 }
 
 fn refusals(_: &Arc<GpuContext>) {

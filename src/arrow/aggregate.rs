@@ -1,6 +1,6 @@
 //! Grouped aggregation on the device: a [`GroupBy`] over a table's columns
 //! gives, per group, the partial states a query engine merges later (a
-//! count, an exact 128-bit sum, a minimum, a maximum), so that one row per
+//! count, an exact sum, a minimum, a maximum), so that one row per
 //! group crosses the bus instead of every row. DataFusion's provider uses it
 //! for its partial aggregations over a GPU scan (`AVG` is a count and a sum).
 //!
@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayData, ArrayRef, make_array};
 use arrow::buffer::{Buffer, NullBuffer};
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, i256};
 
 use super::DeviceTable;
-use super::filter::{BLOCK, FilterColumn, KIND_INT, KIND_LARGE_STRING, KIND_STRING, KIND_UINT, KIND_VIEW, Upload, bytes_of, column_kind, ranges_bitmap};
+use super::filter::{BLOCK, FilterColumn, Filtering, Predicate, KIND_INT, KIND_LARGE_STRING, KIND_STRING, KIND_UINT, KIND_VIEW, Upload, bytes_of, column_kind, ranges_bitmap};
 use crate::cuda::{DeviceBuffer, as_bytes, from_bytes};
 use crate::error::{Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
@@ -36,7 +36,8 @@ pub enum AggregateFunction {
     CountRows,
     /// Rows whose input is not NULL.
     Count,
-    /// The exact sum of the non-NULL inputs, and their count.
+    /// The exact sum of the non-NULL inputs (192 bits wide, so no batch
+    /// overflows it), and their count.
     Sum,
     /// The least non-NULL input (which must fit an `i64`), and the count.
     Min,
@@ -64,7 +65,7 @@ pub enum ValueExpr {
     Scale(Box<ValueExpr>, u32),
     /// `a`, which must fit a signed integer of `bits` bits (1 to 127).
     FitSigned(Box<ValueExpr>, u32),
-    /// `a`, which must fit an unsigned integer of `bits` bits (1 to 127).
+    /// `a`, which must fit an unsigned integer of `bits` bits (1 to 126).
     FitUnsigned(Box<ValueExpr>, u32),
     /// `a`, whose magnitude must be below `10^digits` (`digits <= 38`).
     FitDigits(Box<ValueExpr>, u32),
@@ -91,7 +92,10 @@ pub struct GroupBy {
     /// The aggregates, at most [`GroupBy::MAX_AGGREGATES`].
     pub aggregates: Vec<Aggregate>,
     /// Most groups one call may find (rounded up to a power of two); more
-    /// is an [`Error::Aggregate`].
+    /// is an [`Error::Aggregate`]. The device table starts at
+    /// [`GroupBy::FIRST_TABLE`] slots (or this, if less) and is made 16
+    /// times larger, and the rows aggregated again, each time it fills,
+    /// up to this: a few groups cost a small table to clear and copy back.
     pub capacity: usize,
 }
 
@@ -100,6 +104,8 @@ impl GroupBy {
     pub const MAX_AGGREGATES: usize = 8;
     /// The default [`GroupBy::capacity`].
     pub const DEFAULT_CAPACITY: usize = 4096;
+    /// Slots of the first device table.
+    pub const FIRST_TABLE: usize = 4096;
     /// The largest [`GroupBy::capacity`].
     pub const MAX_CAPACITY: usize = 1 << 20;
 }
@@ -112,7 +118,7 @@ pub struct AggregateState {
     pub counts: Vec<u64>,
     /// The sum, minimum or maximum (0 where the count is 0, and for the
     /// counting functions).
-    pub values: Vec<i128>,
+    pub values: Vec<i256>,
 }
 
 /// The groups a [`DeviceTable::aggregate`] found.
@@ -132,7 +138,7 @@ pub struct Groups {
 }
 
 // Must match aggregate.cu.
-const AGG_WORDS: usize = 3;
+const AGG_WORDS: usize = 4;
 const AGG_MAX_DEPTH: usize = 16;
 const AGG_EMPTY: u64 = u64::MAX;
 const AGG_SIGN: u64 = 1 << 63;
@@ -196,18 +202,19 @@ struct AggProgram {
     rows: u64,
     table_keys: u64,
     table_acc: u64,
+    status: u64,
     capacity: u32,
     n_columns: u32,
     n_keys: u32,
     n_ops: u32,
     n_funcs: u32,
-    status: u32,
+    pad: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<AggKey>() == 16);
 const _: () = assert!(std::mem::size_of::<AggOp>() == 32);
 const _: () = assert!(std::mem::size_of::<AggFunc>() == 16);
-const _: () = assert!(std::mem::size_of::<AggProgram>() == 96);
+const _: () = assert!(std::mem::size_of::<AggProgram>() == 104);
 
 /// Where a grouping column sits in the packed key.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -293,6 +300,17 @@ fn key_layout(kinds: &[(u32, u32)]) -> Result<Vec<Field>> {
         shift += b;
     }
     Ok(out)
+}
+
+/// Which of a table's rows an aggregation takes.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    All,
+    Nothing,
+    /// A host bitmap of the rows.
+    Host(&'a [u8]),
+    /// A device bitmap of the rows (a filter's, in u32 words).
+    Device(&'a DeviceBuffer),
 }
 
 /// The aggregation compiled for the kernel.
@@ -403,8 +421,9 @@ impl Program {
                 d
             }
             ValueExpr::FitSigned(a, bits) | ValueExpr::FitUnsigned(a, bits) => {
-                if !(1..=127).contains(bits) {
-                    return Err(Error::InvalidOptions(format!("a range of {bits} bits (1 to 127)")));
+                let most = if matches!(e, ValueExpr::FitSigned(..)) { 127 } else { 126 };
+                if !(1..=most).contains(bits) {
+                    return Err(Error::InvalidOptions(format!("a range of {bits} bits (1 to {most})")));
                 }
                 let d = self.emit(a, kind)?;
                 self.push(if matches!(e, ValueExpr::FitSigned(..)) { OP_FIT_SIGNED } else { OP_FIT_UNSIGNED }, 0, *bits, 0);
@@ -424,7 +443,43 @@ impl DeviceTable {
     /// aggregates on the host.
     pub fn aggregate(&self, group_by: &GroupBy, within: Option<&[std::ops::Range<usize>]>) -> Result<Groups> {
         let t0 = Instant::now();
-        let program = Program::compile(group_by, &|c| {
+        let program = self.aggregate_program(group_by)?;
+        let allowed = within.map(|ranges| ranges_bitmap(ranges, self.num_rows));
+        let none = within.is_some_and(|ranges| ranges.iter().all(|r| r.start >= r.end.min(self.num_rows)));
+        let rows = if none { Rows::Nothing } else { allowed.as_deref().map_or(Rows::All, Rows::Host) };
+        self.aggregate_rows(group_by, &program, rows, t0)
+    }
+
+    /// [`DeviceTable::aggregate`] of the rows (inside `within`, if given)
+    /// where `predicate` (over this table's columns, as for
+    /// [`DeviceTable::filter_columns`]) is TRUE. The filter's bitmap stays on
+    /// the device and no column is gathered: a filtered aggregation reads
+    /// each column once.
+    ///
+    /// [`Error::Filter`] when the device cannot evaluate the predicate,
+    /// [`Error::Aggregate`] as for [`DeviceTable::aggregate`]; nothing is
+    /// returned then.
+    pub fn filter_aggregate(&self, predicate: &Predicate, within: Option<&[std::ops::Range<usize>]>, group_by: &GroupBy) -> Result<Groups> {
+        let t0 = Instant::now();
+        let filter = self.program(predicate)?;
+        let program = self.aggregate_program(group_by)?;
+        let n = self.num_rows as u64;
+        if n == 0 {
+            return self.aggregate_rows(group_by, &program, Rows::Nothing, t0);
+        }
+        let ctx = self.context().ok_or_else(|| Error::Filter("a table without columns".into()))?;
+        let _bound = ctx.bind_scoped()?;
+        let stream = ctx.new_stream()?;
+        let f = Filtering { stream: &stream, kernels: Kernels::for_context(&ctx)? };
+        let allowed = within.map(|ranges| ranges_bitmap(ranges, self.num_rows));
+        // (Evaluating waits for the kernel: the bitmap is ready for the aggregation's stream.)
+        let (bits, _, _) = f.evaluate(self, &filter, n, allowed.as_deref())?;
+        self.aggregate_rows(group_by, &program, Rows::Device(&bits), t0)
+    }
+
+    /// The aggregation `group_by` compiled against this table's columns.
+    fn aggregate_program(&self, group_by: &GroupBy) -> Result<Program> {
+        Program::compile(group_by, &|c| {
             let col = self.columns.get(c).ok_or_else(|| Error::Aggregate(format!("no column {c}")))?;
             if col.is_nested() || col.device_type != *col.field.data_type() {
                 return Err(Error::Aggregate(format!(
@@ -436,19 +491,26 @@ impl DeviceTable {
             }
             column_kind(&col.device_type)
                 .ok_or_else(|| Error::Aggregate(format!("column {} of type {} has no device arithmetic", col.field.name(), col.device_type)))
-        })?;
-        let capacity = group_by.capacity.clamp(1, GroupBy::MAX_CAPACITY).next_power_of_two();
+        })
+    }
+
+    /// Runs `program` over `rows`, in a table grown as it fills, and reads
+    /// the groups back.
+    fn aggregate_rows(&self, group_by: &GroupBy, program: &Program, rows: Rows<'_>, t0: Instant) -> Result<Groups> {
+        let most = group_by.capacity.clamp(1, GroupBy::MAX_CAPACITY).next_power_of_two();
         let n = self.num_rows as u64;
-        let allowed = within.map(|ranges| ranges_bitmap(ranges, self.num_rows));
-        let rows_in = match within {
-            None => n,
-            Some(ranges) => ranges.iter().map(|r| (r.end.min(self.num_rows).saturating_sub(r.start)) as u64).sum(),
-        };
         let words = program.funcs.len() * AGG_WORDS;
-        let (keys, acc) = if n == 0 || rows_in == 0 {
-            (Vec::new(), Vec::new())
+        let (keys, acc, rows_in) = if n == 0 || matches!(rows, Rows::Nothing) {
+            (Vec::new(), Vec::new(), 0)
         } else {
-            self.run_aggregate(&program, capacity, n, allowed.as_deref())?
+            let mut capacity = most.min(GroupBy::FIRST_TABLE);
+            loop {
+                match self.run_aggregate(program, capacity, n, rows)? {
+                    Some(table) => break table,
+                    None if capacity < most => capacity = (capacity * 16).min(most),
+                    None => return Err(Error::Aggregate(format!("more than {most} groups"))),
+                }
+            }
         };
         // The occupied slots, in slot order.
         let slots: Vec<usize> = (0..keys.len()).filter(|&s| keys[s] != AGG_EMPTY).collect();
@@ -459,13 +521,14 @@ impl DeviceTable {
                 let w = &acc[s * words + f * AGG_WORDS..s * words + (f + 1) * AGG_WORDS];
                 st.counts.push(w[0]);
                 let v = if w[0] == 0 {
-                    0
+                    i256::ZERO
                 } else {
                     match func.kind {
-                        2 => ((w[2] as i128) << 64) | w[1] as i128,
-                        3 => (!w[1] ^ AGG_SIGN) as i64 as i128,
-                        4 => (w[1] ^ AGG_SIGN) as i64 as i128,
-                        _ => 0,
+                        // 192 bits, sign-extended to 256.
+                        2 => i256::from_parts(((w[2] as u128) << 64) | w[1] as u128, w[3] as i64 as i128),
+                        3 => i256::from_i128((!w[1] ^ AGG_SIGN) as i64 as i128),
+                        4 => i256::from_i128((w[1] ^ AGG_SIGN) as i64 as i128),
+                        _ => i256::ZERO,
                     }
                 };
                 st.values.push(v);
@@ -481,8 +544,10 @@ impl DeviceTable {
         Ok(Groups { keys: key_arrays, states, len: slots.len(), rows_in, time: t0.elapsed() })
     }
 
-    /// Launches the kernel; returns the global table's keys and accumulators.
-    fn run_aggregate(&self, program: &Program, capacity: usize, n: u64, allowed: Option<&[u8]>) -> Result<(Vec<u64>, Vec<u64>)> {
+    /// Launches the kernel with a table of `capacity` slots; returns the
+    /// table's keys and accumulators and the rows aggregated, or `None` when
+    /// the groups did not fit.
+    fn run_aggregate(&self, program: &Program, capacity: usize, n: u64, rows: Rows<'_>) -> Result<Option<(Vec<u64>, Vec<u64>, u64)>> {
         let ctx = self.context().ok_or_else(|| Error::Aggregate("a table without columns".into()))?;
         let _bound = ctx.bind_scoped()?;
         let stream = ctx.new_stream()?;
@@ -500,25 +565,39 @@ impl DeviceTable {
         let keys_at = up.put(as_bytes(&keys));
         let ops_at = up.put(as_bytes(&program.ops));
         let funcs_at = up.put(as_bytes(&program.funcs));
-        let allowed_at = allowed.map(|a| up.put(a));
+        let allowed_at = match rows {
+            Rows::Host(a) => Some(up.put(a)),
+            _ => None,
+        };
         up.put(&[0u8; 16]);
         let d = DeviceBuffer::from_host(&stream, &up.bytes, "aggregate program")?;
+        let status = DeviceBuffer::alloc(&stream, 16, "aggregate status")?;
+        status.fill(&stream, 0)?;
         let header = AggProgram {
             columns: d.ptr() + columns_at,
             keys: d.ptr() + keys_at,
             ops: d.ptr() + ops_at,
             funcs: d.ptr() + funcs_at,
-            allowed: allowed_at.map_or(0, |at| d.ptr() + at),
-            allowed_len: allowed.map_or(0, |a| a.len() as u64),
+            allowed: match (rows, allowed_at) {
+                (Rows::Device(b), _) => b.ptr(),
+                (_, Some(at)) => d.ptr() + at,
+                _ => 0,
+            },
+            allowed_len: match rows {
+                Rows::Device(b) => b.len(),
+                Rows::Host(a) => a.len() as u64,
+                _ => 0,
+            },
             rows: n,
             table_keys: table_keys.ptr(),
             table_acc: table_acc.ptr(),
+            status: status.ptr(),
             capacity: capacity as u32,
             n_columns: columns.len() as u32,
             n_keys: keys.len() as u32,
             n_ops: program.ops.len() as u32,
             n_funcs: program.funcs.len() as u32,
-            status: 0,
+            pad: 0,
         };
         let h = DeviceBuffer::from_host(&stream, as_bytes(&[header]), "aggregate program header")?;
         let grid = n.div_ceil(BLOCK as u64).clamp(1, MAX_BLOCKS) as u32;
@@ -526,13 +605,11 @@ impl DeviceTable {
         // SAFETY: arguments match gpq_aggregate; the program's tables are in `d` and the
         // table buffers hold `capacity` slots of `words` words, all alive until the end.
         unsafe { kernels.launch(Kernel::Aggregate, grid, BLOCK, 0, &stream, &mut args)? };
-        let done: Vec<AggProgram> = from_bytes(&h.to_host()?);
-        let status = done[0].status;
+        let status_words: Vec<u64> = from_bytes(&status.to_host()?);
+        let (status, rows_in) = (status_words[0] as u32, status_words[1]);
+        drop(h);
         if status & (STATUS_BAD_BUFFER | STATUS_BAD_PROGRAM) != 0 {
             return Err(Error::Internal(format!("the device aggregation read outside a column's buffers or its program (status {status})")));
-        }
-        if status & STATUS_TABLE_FULL != 0 {
-            return Err(Error::Aggregate(format!("more than {capacity} groups")));
         }
         if status & STATUS_KEY_TOO_WIDE != 0 {
             return Err(Error::Aggregate("a grouping value is wider than its part of the key".into()));
@@ -540,10 +617,13 @@ impl DeviceTable {
         if status & STATUS_OVERFLOW != 0 {
             return Err(Error::Aggregate("an aggregate's input overflowed or left its range".into()));
         }
+        if status & STATUS_TABLE_FULL != 0 {
+            return Ok(None);
+        }
         let keys: Vec<u64> = from_bytes(&table_keys.to_host()?);
         let acc: Vec<u64> = from_bytes(&table_acc.to_host()?);
         drop(d);
-        Ok((keys, acc))
+        Ok(Some((keys, acc, rows_in)))
     }
 }
 
@@ -591,8 +671,9 @@ fn key_array(t: &DataType, k: Field, fields: &[u64]) -> Result<ArrayRef> {
         let width = width as usize;
         let mut bytes = Vec::with_capacity(fields.len() * width);
         for f in fields {
-            // Sign-extend the field's value bits.
-            let v = (((f >> 1) << (64 - vbits)) as i64 >> (64 - vbits)) as i128;
+            // The field's value bits: unsigned values zero-extended, signed ones sign-extended.
+            let bits = (f >> 1) << (64 - vbits);
+            let v = if kind == KIND_UINT { (bits >> (64 - vbits)) as i128 } else { (bits as i64 >> (64 - vbits)) as i128 };
             bytes.extend_from_slice(&v.to_le_bytes()[..width]);
         }
         ArrayData::builder(t.clone())

@@ -348,7 +348,7 @@ const _: () = assert!(std::mem::size_of::<GatherDesc>() == 120);
 
 /// A predicate compiled for the kernel: postfix steps over a table of the
 /// columns it reads, with its literals.
-struct Program {
+pub(super) struct Program {
     ops: Vec<FilterOp>,
     literals: Vec<FilterLiteral>,
     pool: Vec<u8>,
@@ -554,9 +554,9 @@ impl Upload {
 }
 
 /// Runs filters and gathers on one stream.
-struct Filtering<'a> {
-    stream: &'a Arc<GpuStream>,
-    kernels: Arc<Kernels>,
+pub(super) struct Filtering<'a> {
+    pub(super) stream: &'a Arc<GpuStream>,
+    pub(super) kernels: Arc<Kernels>,
 }
 
 impl Filtering<'_> {
@@ -798,7 +798,7 @@ impl DeviceTable {
     }
 
     /// `predicate` compiled against this table's columns.
-    fn program(&self, predicate: &Predicate) -> Result<Program> {
+    pub(super) fn program(&self, predicate: &Predicate) -> Result<Program> {
         Program::compile(predicate, &|c| {
             let col = self.columns.get(c).ok_or_else(|| Error::Filter(format!("no column {c}")))?;
             if col.is_nested() || col.device_type != *col.field.data_type() {
@@ -879,7 +879,7 @@ impl Filtering<'_> {
     /// Evaluates `program` over the table's `n` rows: the bitmap of the
     /// kept rows (u32 words), each word's count of them (u64), and the
     /// number of words.
-    fn evaluate(&self, table: &DeviceTable, program: &Program, n: u64, allowed: Option<&[u8]>) -> Result<(DeviceBuffer, DeviceBuffer, u64)> {
+    pub(super) fn evaluate(&self, table: &DeviceTable, program: &Program, n: u64, allowed: Option<&[u8]>) -> Result<(DeviceBuffer, DeviceBuffer, u64)> {
         if n > u32::MAX as u64 {
             return Err(Error::Filter(format!("{n} rows are more than a device filter takes at once (2^32)")));
         }

@@ -187,7 +187,7 @@ impl GpqScanExec {
         partition: usize,
         context: Arc<TaskContext>,
         baseline: BaselineMetrics,
-        aggregate: Option<crate::aggregate::AggregateSink>,
+        aggregate: Option<crate::device_aggregate::AggregateSink>,
     ) -> Result<SendableRecordBatchStream> {
         let p = &self.parts;
         let empty = Vec::new();

@@ -147,7 +147,13 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                     let within = cursor.keep_ranges(table.num_rows());
                     let within = restriction(&within, table.num_rows());
                     match filtered_on_device(scan, filter, table, &positions, within)? {
-                        Filtered::Aggregated(rows) => sent += rows,
+                        Filtered::Aggregated(rows) => {
+                            sent += rows;
+                            if scan.aggregate.as_ref().is_some_and(|a| a.closed()) {
+                                stopped = true;
+                                break;
+                            }
+                        }
                         Filtered::OnHost(batch) => {
                             sent += batch.num_rows();
                             if !sink.send(vec![batch]) {
@@ -177,9 +183,13 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
                     let n = table.num_rows();
                     let keep = cursor.keep_ranges(n);
                     if let Some(agg) = &scan.aggregate
-                        && let Some(rows) = agg.try_aggregate(scan, &table, Some(&positions), restriction(&keep, n))?
+                        && let Some(rows) = agg.try_aggregate(&scan.metrics.aggregate, &table, Some(&positions), restriction(&keep, n))?
                     {
                         sent += rows;
+                        if agg.closed() {
+                            stopped = true;
+                            break;
+                        }
                     } else {
                         let mut staged = stage_to_host(scan, table)?;
                         let mut at = 0usize;
@@ -301,6 +311,13 @@ fn filtered_on_device(
     within: Option<&[std::ops::Range<usize>]>,
 ) -> gpq::Result<Filtered> {
     let predicate = filter.device.map_columns(&|j| positions.get(j).copied().unwrap_or(usize::MAX));
+    if let Some(agg) = &scan.aggregate
+        && let Some(rows) = agg.try_filter_aggregate(&scan.metrics.aggregate, &table, &predicate, positions, within)?
+    {
+        scan.metrics.device_filter_rows_in.add(within.map_or(table.num_rows(), |r| r.iter().map(|r| r.len()).sum()));
+        scan.metrics.device_filter_rows_out.add(rows);
+        return Ok(Filtered::Aggregated(rows));
+    }
     let keep = &positions[..scan.columns.len().min(positions.len())];
     let m = &scan.metrics;
     match table.filter_columns_within(&predicate, keep, within) {
@@ -311,11 +328,6 @@ fn filtered_on_device(
                 m.device_filter_time.add_duration(f.time);
             }
             drop(table);
-            if let Some(agg) = &scan.aggregate
-                && let Some(rows) = agg.try_aggregate(scan, &kept, None, None)?
-            {
-                return Ok(Filtered::Aggregated(rows));
-            }
             Ok(Filtered::OnDevice(stage_to_host(scan, kept)?))
         }
         Err(Error::Filter(why)) => {

@@ -32,6 +32,18 @@
 //! group's first surviving row to its last, skipping row groups without
 //! survivors (`late_rows_skipped` counts the rows not decoded).
 //!
+//! # Aggregations
+//!
+//! [`with_device_aggregation`] adds [`GpqAggregatePushdown`] to a session:
+//! DataFusion's `Partial` step of a grouped aggregation over a GPU scan
+//! (group by integer, date or string columns; `COUNT`, `SUM`, `AVG`, `MIN`,
+//! `MAX` of integer and decimal expressions) then runs on the device for
+//! each decoded batch ([`GpqPartialAggregateExec`]), and one row per group
+//! is copied to the host instead of every row. A batch the device cannot
+//! aggregate exactly (too many groups, a grouping string too long for its
+//! key, an overflow) goes to DataFusion's own `Partial` step; the metrics
+//! count both (`device_aggregate_rows_in`, `device_aggregate_fallbacks`).
+//!
 //! # Backends
 //!
 //! - [`Backend::Gpu`]: each partition reads its row groups of each file with
@@ -107,6 +119,7 @@
 
 mod aggregate;
 mod cpu;
+mod device_aggregate;
 mod device_run;
 mod exec;
 mod file;

@@ -18,6 +18,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, Time};
 use tokio::sync::mpsc;
 
+use crate::device_aggregate::{AggregateMetrics, AggregateSink};
 use crate::file::GpqFile;
 use crate::filter::ScanFilter;
 use crate::options::GpqTableOptions;
@@ -62,15 +63,8 @@ pub(crate) struct PartitionMetrics {
     pub device_filter_time: Time,
     /// Device batches the device could not filter (filtered on the host).
     pub device_filter_fallbacks: Count,
-    /// Rows aggregated on the device (see the `aggregate` module).
-    pub device_aggregate_rows_in: Count,
-    /// Partial-state rows (groups) the device aggregation sent.
-    pub device_aggregate_groups_out: Count,
-    /// Time aggregating on the device.
-    pub device_aggregate_time: Time,
-    /// Device batches the device could not aggregate (copied to the host
-    /// and aggregated there).
-    pub device_aggregate_fallbacks: Count,
+    /// The device aggregation's (see the `aggregate` module).
+    pub aggregate: AggregateMetrics,
     /// Rows of the run spans whose non-filter columns late materialization
     /// did not decode (no survivor between them and the row group's ends).
     pub late_rows_skipped: Count,
@@ -105,10 +99,7 @@ impl PartitionMetrics {
             device_filter_rows_out: count("device_filter_rows_out"),
             device_filter_time: time("device_filter_time"),
             device_filter_fallbacks: count("device_filter_fallbacks"),
-            device_aggregate_rows_in: count("device_aggregate_rows_in"),
-            device_aggregate_groups_out: count("device_aggregate_groups_out"),
-            device_aggregate_time: time("device_aggregate_time"),
-            device_aggregate_fallbacks: count("device_aggregate_fallbacks"),
+            aggregate: AggregateMetrics::new(set, partition),
             late_rows_skipped: count("late_rows_skipped"),
             host_filter_rows_in: count("host_filter_rows_in"),
             host_filter_rows_out: count("host_filter_rows_out"),
@@ -149,7 +140,7 @@ pub(crate) struct PartitionScan {
     pub io_paths: Arc<Mutex<Vec<String>>>,
     /// Where the GPU backend sends the partial aggregation of its decoded
     /// batches, when a `GpqPartialAggregateExec` runs the scan.
-    pub aggregate: Option<crate::aggregate::AggregateSink>,
+    pub aggregate: Option<AggregateSink>,
     /// Tests only: device reads still to fail as if the GPU context were
     /// lost, shared by the partitions of one scan
     /// ([`GpqTableOptions::inject_gpu_context_loss`]).

@@ -12,16 +12,17 @@
 // are inserted into a small table in shared memory per block with
 // compare-and-swap (a whole key is one 64-bit word, so a slot is never half
 // written), and into the global table when that is full; at the end each
-// block adds its shared table into the global one. Sums are 128-bit, added
-// as two 64-bit atomics with the carry; MIN and MAX keep an order-preserving
-// 64-bit encoding under atomicMax.
+// block adds its shared table into the global one. Sums are 192 bits wide
+// (each 128-bit input sign-extended), added as three 64-bit atomics with
+// their carries, so no count of rows a batch can hold overflows them; MIN
+// and MAX keep an order-preserving 64-bit encoding under atomicMax.
 //
 // The host reads back the global table. A reported condition (a key or a
 // value out of range, more groups than the table holds) makes it aggregate
 // the batch on the host instead: the kernel never guesses.
 
 #define AGG_MAX_FUNCS 8
-#define AGG_WORDS 3  // accumulator words per aggregate: values counted, then two value words
+#define AGG_WORDS 4  // accumulator words per aggregate: values counted, then three value words
 #define AGG_SHARED_SLOTS 128
 #define AGG_MAX_DEPTH 16
 #define AGG_EMPTY 0xffffffffffffffffull
@@ -46,8 +47,8 @@ enum AggOpCode : u32 {
   AGG_OP_SUB = 3,
   AGG_OP_MUL = 4,
   AGG_OP_SCALE = 5,       // multiply by 10^arg
-  AGG_OP_FIT_SIGNED = 6,  // the value must fit a signed integer of `arg` bits
-  AGG_OP_FIT_UNSIGNED = 7,  // ... an unsigned integer of `arg` bits
+  AGG_OP_FIT_SIGNED = 6,  // the value must fit a signed integer of `arg` bits (1 to 127)
+  AGG_OP_FIT_UNSIGNED = 7,  // ... an unsigned integer of `arg` bits (1 to 126)
   AGG_OP_FIT_DIGITS = 8,  // |value| < 10^arg (a decimal's precision)
 };
 
@@ -92,12 +93,15 @@ struct AggProgram {
   u64 rows;
   u64 table_keys;   // u64[capacity], AGG_EMPTY where free
   u64 table_acc;    // u64[capacity * n_funcs * AGG_WORDS], zeroed by the host
+  u64 status;       // u32 then u64, zeroed by the host; out: AggStatus bits, and the
+                    // rows aggregated (apart from the program, which every thread
+                    // copies while others may be done)
   u32 capacity;     // slots of the global table, a power of two
   u32 n_columns;
   u32 n_keys;
   u32 n_ops;
   u32 n_funcs;
-  u32 status;       // out: AggStatus bits
+  u32 pad;
 };
 
 GPQ_DEVICE u64 gpq_agg_hash(u64 k) {
@@ -120,12 +124,20 @@ GPQ_DEVICE i64 gpq_agg_insert(u64* keys, u64 cap, u64 key) {
   return -1;
 }
 
-// Adds the 128-bit `v` to the words lo, hi: the carry of the low word goes
-// into the high one, and addition commutes, so concurrent adds are exact.
-GPQ_DEVICE void gpq_agg_add128(u64* lo, u64* hi, u64 vlo, u64 vhi) {
-  const u64 old = atomicAdd(lo, vlo);
-  const u64 carry = old + vlo < old ? 1 : 0;
-  if (vhi + carry != 0) atomicAdd(hi, vhi + carry);
+// Adds the 192-bit v2:v1:v0 to the words w[0..3], low first: each word's
+// carry goes into the next, and addition commutes, so concurrent adds are
+// exact (modulo 2^192).
+GPQ_DEVICE void gpq_agg_add192(u64* w, u64 v0, u64 v1, u64 v2) {
+  const u64 old0 = atomicAdd(&w[0], v0);
+  const u64 c0 = old0 + v0 < old0 ? 1 : 0;
+  const u64 a1 = v1 + c0;
+  const u64 wrap1 = a1 < v1 ? 1 : 0;  // v1 all ones and a carry in
+  u64 c1 = wrap1;
+  if (a1 != 0) {
+    const u64 old1 = atomicAdd(&w[1], a1);
+    c1 += old1 + a1 < old1 ? 1 : 0;
+  }
+  if (v2 + c1 != 0) atomicAdd(&w[2], v2 + c1);
 }
 
 GPQ_DEVICE i128 gpq_agg_pow10(u32 k) {
@@ -202,7 +214,12 @@ GPQ_DEVICE u32 gpq_agg_key(const AggProgram& p, u64 row, u64* out) {
       i128 v;
       if (!gpq_agg_number(c, r, &v)) return AGG_BAD_BUFFER;
       const i128 half = ((i128)1) << (vbits - 1);
-      if (v < -half || v >= half) return AGG_KEY_TOO_WIDE;
+      if (c.kind == FILTER_UINT) {
+        // Unsigned values zero-extended: every bit of the field is value.
+        if (v < 0 || v >= 2 * half) return AGG_KEY_TOO_WIDE;
+      } else if (v < -half || v >= half) {
+        return AGG_KEY_TOO_WIDE;
+      }
       field = (u64)v & ((1ull << vbits) - 1);
     }
     key |= (field << 1) << k.shift;
@@ -272,7 +289,7 @@ GPQ_DEVICE u32 gpq_agg_eval(const AggProgram& p, const AggFunc& f, u64 row, i128
         const i128 lim = gpq_agg_pow10(op.arg);
         if (v >= lim || v <= -lim) return AGG_OVERFLOW;
       } else {
-        if (op.arg == 0 || op.arg > 127) return AGG_BAD_PROGRAM;
+        if (op.arg == 0 || op.arg > (op.code == AGG_OP_FIT_SIGNED ? 127u : 126u)) return AGG_BAD_PROGRAM;
         const bool fits = op.code == AGG_OP_FIT_SIGNED ? (v >= -(((i128)1) << (op.arg - 1)) && v < (((i128)1) << (op.arg - 1)))
                                                        : (v >= 0 && v < (((i128)1) << op.arg));
         if (!fits) return AGG_OVERFLOW;
@@ -300,7 +317,7 @@ GPQ_DEVICE void gpq_agg_accumulate(u64* acc, const AggFunc* funcs, u32 n_funcs, 
     atomicAdd(&w[0], 1ull);
     const i128 v = vals[f];
     if (kind == AGG_SUM) {
-      gpq_agg_add128(&w[1], &w[2], (u64)v, (u64)((u128)v >> 64));
+      gpq_agg_add192(&w[1], (u64)v, (u64)((u128)v >> 64), v < 0 ? ~0ull : 0ull);
     } else if (kind == AGG_MIN) {
       atomicMax(&w[1], ~((u64)(i64)v ^ AGG_SIGN));
     } else if (kind == AGG_MAX) {
@@ -317,7 +334,7 @@ GPQ_DEVICE void gpq_agg_merge(u64* dst, const u64* src, const AggFunc* funcs, u3
     if (s[0] == 0) continue;
     atomicAdd(&d[0], s[0]);
     if (funcs[f].kind == AGG_SUM) {
-      gpq_agg_add128(&d[1], &d[2], s[1], s[2]);
+      gpq_agg_add192(&d[1], s[1], s[2], s[3]);
     } else if (funcs[f].kind == AGG_MIN || funcs[f].kind == AGG_MAX) {
       atomicMax(&d[1], s[1]);
     }
@@ -330,6 +347,7 @@ GPQ_DEVICE void gpq_agg_merge(u64* dst, const u64* src, const AggFunc* funcs, u3
 extern "C" __global__ void gpq_aggregate(AggProgram* p) {
   const AggProgram prog = *p;
   __shared__ u64 s_keys[AGG_SHARED_SLOTS];
+  __shared__ u64 s_taken;
   __shared__ u64 s_acc[AGG_SHARED_SLOTS * AGG_MAX_FUNCS * AGG_WORDS];
   const AggFunc* funcs = (const AggFunc*)prog.funcs;
   const u32 words = prog.n_funcs * AGG_WORDS;
@@ -337,6 +355,8 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
   u64* g_acc = (u64*)prog.table_acc;
   const bool well_formed = prog.n_funcs <= AGG_MAX_FUNCS && prog.capacity != 0 && (prog.capacity & (prog.capacity - 1)) == 0 && prog.n_keys <= 63;
   u32 bad = well_formed ? 0 : AGG_BAD_PROGRAM;
+  u64 taken = 0;
+  if (threadIdx.x == 0) s_taken = 0;
   for (u32 i = threadIdx.x; i < AGG_SHARED_SLOTS; i += blockDim.x) s_keys[i] = AGG_EMPTY;
   for (u32 i = threadIdx.x; i < AGG_SHARED_SLOTS * AGG_MAX_FUNCS * AGG_WORDS; i += blockDim.x) s_acc[i] = 0;
   __syncthreads();
@@ -379,7 +399,9 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
       acc = g_acc + (u64)g * words;
     }
     gpq_agg_accumulate(acc, funcs, prog.n_funcs, vals, present);
+    taken++;
   }
+  if (taken) atomicAdd(&s_taken, taken);
   __syncthreads();
   for (u32 s = threadIdx.x; well_formed && s < AGG_SHARED_SLOTS; s += blockDim.x) {
     if (s_keys[s] == AGG_EMPTY) continue;
@@ -390,5 +412,6 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
     }
     gpq_agg_merge(g_acc + (u64)g * words, s_acc + (u64)s * words, funcs, prog.n_funcs);
   }
-  if (bad) atomicOr(&p->status, bad);
+  if (bad) atomicOr((u32*)prog.status, bad);
+  if (threadIdx.x == 0 && s_taken) atomicAdd((u64*)prog.status + 1, s_taken);
 }
