@@ -151,7 +151,9 @@ impl EngineArgs {
 
     /// A session: local, or on the cluster of `--cluster`.
     async fn context(&self) -> DfResult<SessionContext> {
-        let mut config = SessionConfig::new().with_batch_size(self.batch_size.max(1));
+        // DataFusion's own options from DATAFUSION_* variables (e.g.
+        // DATAFUSION_OPTIMIZER_HASH_JOIN_SINGLE_PARTITION_THRESHOLD), then ours.
+        let mut config = SessionConfig::from_env()?.with_batch_size(self.batch_size.max(1));
         if let Some(p) = self.partitions {
             config = config.with_target_partitions(p.max(1));
         }

@@ -43,7 +43,7 @@ use crate::filter::ScanFilter;
 use crate::gpu::GpuDecoder;
 use crate::options::GpqTableOptions;
 use crate::scan::{Decoder, PartitionMetrics, PartitionScan};
-use crate::stats::statistics;
+use crate::stats::{filtered_statistics, statistics};
 use crate::stream::execute;
 use crate::units::{PruningSummary, ScanUnit};
 
@@ -387,14 +387,11 @@ impl ExecutionPlan for GpqScanExec {
             None => p.partitions.iter().map(Vec::as_slice).collect(),
             Some(i) => vec![p.partitions.get(i).map(Vec::as_slice).unwrap_or(&[])],
         };
-        Ok(Arc::new(statistics(
-            &p.files,
-            &p.table_schema,
-            &p.columns,
-            parts,
-            self.fetch,
-            p.filter.is_some(),
-        )))
+        Ok(Arc::new(if p.own_filters.is_empty() {
+            statistics(&p.files, &p.table_schema, &p.columns, parts, self.fetch, p.filter.is_some())
+        } else {
+            filtered_statistics(&p.files, &p.table_schema, &p.columns, parts, self.fetch, &p.own_filters)
+        }))
     }
 
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
