@@ -24,7 +24,7 @@ use arrow::buffer::{Buffer, NullBuffer};
 use arrow::datatypes::{DataType, i256};
 
 use super::DeviceTable;
-use super::filter::{BLOCK, FilterColumn, Filtering, Predicate, KIND_INT, KIND_LARGE_STRING, KIND_STRING, KIND_UINT, KIND_VIEW, Upload, bytes_of, column_kind, ranges_bitmap};
+use super::filter::{BLOCK, FilterColumn, Filtering, Predicate, column_slot, KIND_INT, KIND_LARGE_STRING, KIND_STRING, KIND_UINT, KIND_VIEW, Upload, bytes_of, column_kind, ranges_bitmap};
 use crate::cuda::{DeviceBuffer, as_bytes, from_bytes};
 use crate::error::{Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
@@ -373,13 +373,7 @@ impl Program {
     }
 
     fn slot(&mut self, c: usize) -> u32 {
-        match self.columns.iter().position(|&x| x == c) {
-            Some(i) => i as u32,
-            None => {
-                self.columns.push(c);
-                (self.columns.len() - 1) as u32
-            }
-        }
+        column_slot(&mut self.columns, c)
     }
 
     fn push(&mut self, code: u32, column: u32, arg: u32, value: i128) {

@@ -346,6 +346,18 @@ const _: () = assert!(std::mem::size_of::<FilterOp>() == 24);
 const _: () = assert!(std::mem::size_of::<FilterProgram>() == 96);
 const _: () = assert!(std::mem::size_of::<GatherDesc>() == 120);
 
+/// The index of table column `c` in a program's column table `columns`,
+/// added at the end if it is not there yet.
+pub(super) fn column_slot(columns: &mut Vec<usize>, c: usize) -> u32 {
+    match columns.iter().position(|&x| x == c) {
+        Some(i) => i as u32,
+        None => {
+            columns.push(c);
+            (columns.len() - 1) as u32
+        }
+    }
+}
+
 /// A predicate compiled for the kernel: postfix steps over a table of the
 /// columns it reads, with its literals.
 pub(super) struct Program {
@@ -369,13 +381,7 @@ impl Program {
 
     /// The program column reading table column `c`.
     fn slot(&mut self, c: usize) -> u32 {
-        match self.columns.iter().position(|&x| x == c) {
-            Some(i) => i as u32,
-            None => {
-                self.columns.push(c);
-                (self.columns.len() - 1) as u32
-            }
-        }
+        column_slot(&mut self.columns, c)
     }
 
     fn literal(&mut self, kind: (u32, u32), value: &Literal) -> Result<FilterLiteral> {

@@ -161,6 +161,18 @@ pub(crate) fn restriction(within: &[std::ops::Range<usize>], n: usize) -> Option
     (!(within.len() == 1 && within[0] == (0..n))).then_some(within)
 }
 
+/// The slices of `chunk` (rows `at..` of a batch) inside `keep` (ranges of
+/// the batch's rows, ascending, as [`SpanCursor::keep_ranges`] gives them).
+pub(crate) fn slices_within(chunk: &RecordBatch, at: usize, keep: &[std::ops::Range<usize>]) -> Vec<RecordBatch> {
+    let end = at + chunk.num_rows();
+    keep.iter()
+        .filter_map(|r| {
+            let (a, b) = (r.start.max(at), r.end.min(end));
+            (a < b).then(|| chunk.slice(a - at, b - a))
+        })
+        .collect()
+}
+
 /// Walks a run's batches through its spans: which rows of each batch the
 /// scan keeps.
 pub(crate) struct SpanCursor<'a> {
@@ -179,7 +191,8 @@ impl<'a> SpanCursor<'a> {
     /// The slices of `batch` (the reader's next rows) the scan keeps.
     #[cfg(test)]
     pub fn keep(&mut self, batch: &RecordBatch) -> Vec<RecordBatch> {
-        self.keep_ranges(batch.num_rows()).into_iter().map(|r| batch.slice(r.start, r.len())).collect()
+        let ranges = self.keep_ranges(batch.num_rows());
+        slices_within(batch, 0, &ranges)
     }
 
     /// The rows of the reader's next `n` the scan keeps, as ranges.

@@ -54,7 +54,7 @@ use gpq::{DeviceTable, Error};
 
 use crate::cpu::read_run;
 use crate::filter::ScanFilter;
-use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, restriction, stage_to_host};
+use crate::device_run::{RunSpans, SpanCursor, copy_to_host, injected_fault, min_cut_bytes, reader, restriction, slices_within, stage_to_host};
 use crate::late::LatePlan;
 use crate::scan::{Decoder, PartitionScan, Sink, conform, file_runs, read_layout};
 use crate::to_df_error;
@@ -275,18 +275,6 @@ fn read_on_device(scan: &PartitionScan, units: &[ScanUnit], sink: &mut Sink) -> 
         }
         Err(e) => Err(to_df_error(e)),
     }
-}
-
-/// The slices of `chunk` (rows `at..` of a batch) inside `keep` (ranges of
-/// the batch's rows, ascending).
-fn slices_within(chunk: &RecordBatch, at: usize, keep: &[std::ops::Range<usize>]) -> Vec<RecordBatch> {
-    let end = at + chunk.num_rows();
-    keep.iter()
-        .filter_map(|r| {
-            let (a, b) = (r.start.max(at), r.end.min(end));
-            (a < b).then(|| chunk.slice(a - at, b - a))
-        })
-        .collect()
 }
 
 /// A decoded batch after the scan's filters.
