@@ -27,6 +27,12 @@
 #define AGG_MAX_DEPTH 16
 #define AGG_EMPTY 0xffffffffffffffffull
 #define AGG_SIGN 0x8000000000000000ull
+// Probes before a key gives up on the shared table (and goes to the global
+// one), and on the global table (which then counts as full: the host grows
+// it and runs the batch again). Bounded so that a batch with more groups
+// than the table costs each thread one long search, not every row.
+#define AGG_SHARED_PROBES 16
+#define AGG_GLOBAL_PROBES 1024
 
 typedef __int128 i128;
 typedef unsigned __int128 u128;
@@ -113,10 +119,13 @@ GPQ_DEVICE u64 gpq_agg_hash(u64 k) {
 }
 
 // The slot of `key` in a table of `cap` slots (a power of two), claimed if
-// new; -1 when the table is full.
-GPQ_DEVICE i64 gpq_agg_insert(u64* keys, u64 cap, u64 key) {
+// new; -1 when none of the first `probes` slots of its sequence holds it or
+// is free (slots are never freed, so a key that once found no place never
+// finds one later, and one that did is found where it went).
+GPQ_DEVICE i64 gpq_agg_insert(u64* keys, u64 cap, u64 key, u64 probes) {
   const u64 h = gpq_agg_hash(key);
-  for (u64 probe = 0; probe < cap; probe++) {
+  const u64 limit = probes < cap ? probes : cap;
+  for (u64 probe = 0; probe < limit; probe++) {
     const u64 at = (h + probe) & (cap - 1);
     const u64 seen = atomicCAS(&keys[at], AGG_EMPTY, key);
     if (seen == AGG_EMPTY || seen == key) return (i64)at;
@@ -342,8 +351,8 @@ GPQ_DEVICE void gpq_agg_merge(u64* dst, const u64* src, const AggFunc* funcs, u3
 }
 
 // One launch aggregates every row into the global table. Any block count
-// works; the loop over rows has the same trip structure in every thread and
-// the barriers sit outside it.
+// works; the barriers sit outside the loop over rows, which a thread leaves
+// early only once the launch has failed.
 extern "C" __global__ void gpq_aggregate(AggProgram* p) {
   const AggProgram prog = *p;
   __shared__ u64 s_keys[AGG_SHARED_SLOTS];
@@ -365,9 +374,10 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
     if (prog.allowed != 0 && ((row >> 3) >= prog.allowed_len || !gpq_bit((const u8*)prog.allowed, row))) continue;
     u64 key;
     u32 e = gpq_agg_key(prog, row, &key);
+    // Any condition fails the whole launch (the host discards the table): stop early.
     if (e) {
       bad |= e;
-      continue;
+      break;
     }
     i128 vals[AGG_MAX_FUNCS];
     u32 present = 0;
@@ -384,17 +394,17 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
     }
     if (e) {
       bad |= e;
-      continue;
+      break;
     }
     u64* acc;
-    const i64 s = gpq_agg_insert(s_keys, AGG_SHARED_SLOTS, key);
+    const i64 s = gpq_agg_insert(s_keys, AGG_SHARED_SLOTS, key, AGG_SHARED_PROBES);
     if (s >= 0) {
       acc = s_acc + (u64)s * words;
     } else {
-      const i64 g = gpq_agg_insert(g_keys, prog.capacity, key);
+      const i64 g = gpq_agg_insert(g_keys, prog.capacity, key, AGG_GLOBAL_PROBES);
       if (g < 0) {
         bad |= AGG_TABLE_FULL;
-        continue;
+        break;
       }
       acc = g_acc + (u64)g * words;
     }
@@ -405,7 +415,7 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
   __syncthreads();
   for (u32 s = threadIdx.x; well_formed && s < AGG_SHARED_SLOTS; s += blockDim.x) {
     if (s_keys[s] == AGG_EMPTY) continue;
-    const i64 g = gpq_agg_insert(g_keys, prog.capacity, s_keys[s]);
+    const i64 g = gpq_agg_insert(g_keys, prog.capacity, s_keys[s], AGG_GLOBAL_PROBES);
     if (g < 0) {
       bad |= AGG_TABLE_FULL;
       continue;
