@@ -71,6 +71,24 @@ pub enum ValueExpr {
     FitDigits(Box<ValueExpr>, u32),
 }
 
+impl ValueExpr {
+    /// The same input with every column index `c` replaced by `map(c)`.
+    pub fn map_columns(&self, map: &impl Fn(usize) -> usize) -> ValueExpr {
+        let m = |x: &ValueExpr| Box::new(x.map_columns(map));
+        match self {
+            ValueExpr::Column(c) => ValueExpr::Column(map(*c)),
+            ValueExpr::Literal(v) => ValueExpr::Literal(*v),
+            ValueExpr::Add(a, b) => ValueExpr::Add(m(a), m(b)),
+            ValueExpr::Sub(a, b) => ValueExpr::Sub(m(a), m(b)),
+            ValueExpr::Mul(a, b) => ValueExpr::Mul(m(a), m(b)),
+            ValueExpr::Scale(a, k) => ValueExpr::Scale(m(a), *k),
+            ValueExpr::FitSigned(a, k) => ValueExpr::FitSigned(m(a), *k),
+            ValueExpr::FitUnsigned(a, k) => ValueExpr::FitUnsigned(m(a), *k),
+            ValueExpr::FitDigits(a, k) => ValueExpr::FitDigits(m(a), *k),
+        }
+    }
+}
+
 /// One aggregate: its function and input (`None` only for
 /// [`AggregateFunction::CountRows`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +118,16 @@ pub struct GroupBy {
 }
 
 impl GroupBy {
+    /// The same aggregation with every column index `c` (keys and inputs)
+    /// replaced by `map(c)`.
+    pub fn map_columns(&self, map: &impl Fn(usize) -> usize) -> GroupBy {
+        GroupBy {
+            keys: self.keys.iter().map(|&c| map(c)).collect(),
+            aggregates: self.aggregates.iter().map(|a| Aggregate { function: a.function, input: a.input.as_ref().map(|e| e.map_columns(map)) }).collect(),
+            capacity: self.capacity,
+        }
+    }
+
     /// Most aggregates per call (`aggregate.cu` `AGG_MAX_FUNCS`).
     pub const MAX_AGGREGATES: usize = 8;
     /// The default [`GroupBy::capacity`].
@@ -728,6 +756,11 @@ mod tests {
         assert_eq!((p.funcs[0].first_op, p.funcs[0].n_ops, p.funcs[1].n_ops), (0, 5, 0));
         let bad = GroupBy { aggregates: vec![Aggregate { function: AggregateFunction::Sum, input: None }], ..g.clone() };
         assert!(matches!(Program::compile(&bad, &|_| Ok((KIND_INT, 8))), Err(Error::InvalidOptions(_))));
+        let moved = GroupBy { keys: vec![1, 0], ..g.clone() }.map_columns(&|c| c + 10);
+        assert_eq!(moved.keys, vec![11, 10]);
+        let inputs: Vec<Option<ValueExpr>> = moved.aggregates.iter().map(|a| a.input.clone()).collect();
+        let e = ValueExpr::Mul(Box::new(ValueExpr::Column(10)), Box::new(ValueExpr::Sub(Box::new(ValueExpr::Literal(Some(100))), Box::new(ValueExpr::Column(11)))));
+        assert_eq!(inputs, vec![Some(e), None]);
         let float = GroupBy { keys: vec![0], ..g };
         assert!(matches!(Program::compile(&float, &|_| Ok((2, 8))), Err(Error::Aggregate(_))));
     }

@@ -91,12 +91,11 @@ fn scaled(e: ValueExpr, by: i8) -> Option<ValueExpr> {
 
 /// `e` (over `schema`, the scan's output) as a device input program.
 fn value(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<(ValueExpr, Num)> {
-    let any = e;
-    if let Some(c) = any.downcast_ref::<Column>() {
+    if let Some(c) = e.downcast_ref::<Column>() {
         let t = schema.fields().get(c.index())?.data_type();
         return Some((ValueExpr::Column(c.index()), num_of(t)?));
     }
-    if let Some(l) = any.downcast_ref::<Literal>() {
+    if let Some(l) = e.downcast_ref::<Literal>() {
         let v = l.value();
         let num = num_of(&v.data_type())?;
         let x = match &v {
@@ -113,7 +112,7 @@ fn value(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<(ValueExpr, Num)>
         };
         return Some((ValueExpr::Literal(x), num));
     }
-    let cast = any.downcast_ref::<CastExpr>().map(|c| (c.expr(), c.cast_type())).or_else(|| any.downcast_ref::<TryCastExpr>().map(|c| (c.expr(), c.cast_type())));
+    let cast = e.downcast_ref::<CastExpr>().map(|c| (c.expr(), c.cast_type())).or_else(|| e.downcast_ref::<TryCastExpr>().map(|c| (c.expr(), c.cast_type())));
     if let Some((inner, to)) = cast {
         let (x, from) = value(inner, schema)?;
         let to_num = num_of(to)?;
@@ -125,7 +124,7 @@ fn value(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<(ValueExpr, Num)>
         };
         return Some((e, to_num));
     }
-    if let Some(b) = any.downcast_ref::<BinaryExpr>() {
+    if let Some(b) = e.downcast_ref::<BinaryExpr>() {
         let op = *b.op();
         if !matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) {
             return None;
@@ -302,30 +301,7 @@ impl DeviceAggregation {
 
     /// The grouping with the scan's output column `j` at table column `map[j]`.
     fn mapped(&self, map: &[usize]) -> GroupBy {
-        fn remap(e: &ValueExpr, map: &[usize]) -> ValueExpr {
-            let b = |x: &ValueExpr| Box::new(remap(x, map));
-            match e {
-                ValueExpr::Column(c) => ValueExpr::Column(map.get(*c).copied().unwrap_or(usize::MAX)),
-                ValueExpr::Literal(v) => ValueExpr::Literal(*v),
-                ValueExpr::Add(x, y) => ValueExpr::Add(b(x), b(y)),
-                ValueExpr::Sub(x, y) => ValueExpr::Sub(b(x), b(y)),
-                ValueExpr::Mul(x, y) => ValueExpr::Mul(b(x), b(y)),
-                ValueExpr::Scale(x, k) => ValueExpr::Scale(b(x), *k),
-                ValueExpr::FitSigned(x, k) => ValueExpr::FitSigned(b(x), *k),
-                ValueExpr::FitUnsigned(x, k) => ValueExpr::FitUnsigned(b(x), *k),
-                ValueExpr::FitDigits(x, k) => ValueExpr::FitDigits(b(x), *k),
-            }
-        }
-        GroupBy {
-            keys: self.group_by.keys.iter().map(|&c| map.get(c).copied().unwrap_or(usize::MAX)).collect(),
-            aggregates: self
-                .group_by
-                .aggregates
-                .iter()
-                .map(|a| Aggregate { function: a.function, input: a.input.as_ref().map(|e| remap(e, map)) })
-                .collect(),
-            capacity: self.group_by.capacity,
-        }
+        self.group_by.map_columns(&|c| map.get(c).copied().unwrap_or(usize::MAX))
     }
 }
 
