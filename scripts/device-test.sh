@@ -36,12 +36,18 @@ mkdir -p "$stage/bin" "$stage/lib"
 echo "== building release binaries"
 # CLI_FEATURES (e.g. "datafusion") builds the CLI with only those features
 # (without Ballista: a much shorter build when only the benchmarks are needed).
-if [ -n "${CLI_FEATURES:-}" ]; then
+# A core bundle with DEVICE_CORE_TESTS and DEVICE_CORE_NO_CLI=1 holds neither
+# the CLI nor the fuzzer, so neither is built (the CLI with Ballista is most
+# of a clean build).
+core_only=0
+[ "$bundles" = core ] && [ -n "${DEVICE_CORE_TESTS:-}" ] && [ "${DEVICE_CORE_NO_CLI:-0}" = 1 ] && core_only=1
+if [ $core_only = 1 ]; then :
+elif [ -n "${CLI_FEATURES:-}" ]; then
   cargo build --release -p gpq-cli --no-default-features --features "$CLI_FEATURES"
 else
   cargo build --release -p gpq-cli
 fi
-cargo build --release -p gpq-fuzz
+[ $core_only = 1 ] || cargo build --release -p gpq-fuzz
 cargo build --release -p gpq --bin gpq-nvcomp-worker
 # DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
 # tests, the CLI and the fuzzer), skipping the DataFusion test binary.
@@ -61,8 +67,10 @@ copy() { # copy and strip an executable into .device/bin under a stable name
   cp "$src" "$stage/bin/$name"
   strip --strip-all "$stage/bin/$name" 2>/dev/null || true
 }
-copy target/release/gpq gpq
-copy target/release/gpq-fuzz gpq-fuzz  # the fuzzer and its driver (run.sh stage fuzz)
+if [ $core_only = 0 ]; then
+  copy target/release/gpq gpq
+  copy target/release/gpq-fuzz gpq-fuzz  # the fuzzer and its driver (run.sh stage fuzz)
+fi
 # nvCOMP's worker process (ZSTD/GZIP pages), found beside the binaries that start it.
 copy target/release/gpq-nvcomp-worker gpq-nvcomp-worker
 cp scripts/fuzz/fuzz.py "$stage/bin/fuzz.py"
