@@ -33,6 +33,7 @@ void sync_block();
 void sync_warp();
 unsigned long long warp_exchange(unsigned long long v, int src_lane);   // value of src_lane (own if absent)
 unsigned warp_ballot(unsigned mask, bool pred);
+unsigned warp_match(unsigned mask, unsigned long long v);  // lanes of `mask` whose value equals the caller's
 unsigned warp_sum(unsigned v);
 int block_count(bool pred);
 }  // namespace gpq_emu
@@ -52,6 +53,12 @@ inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline unsigned __ballot_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0); }
 inline unsigned __reduce_add_sync(unsigned, unsigned v) { return gpq_emu::warp_sum(v); }
+template <typename T> inline unsigned __match_any_sync(unsigned mask, T v) {
+  static_assert(sizeof(T) <= 8, "match of at most 8 bytes");
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  return gpq_emu::warp_match(mask, bits);
+}
 inline int __any_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0) == gpq_emu::warp_ballot(mask, true); }
 

@@ -168,6 +168,14 @@ unsigned warp_ballot(unsigned mask, bool pred) {
   return r;
 }
 
+unsigned warp_match(unsigned mask, unsigned long long v) {
+  unsigned r = 0;
+  warp_gather(v, [&](unsigned l, unsigned long long x) {
+    if (((mask >> l) & 1) && x == v) r |= 1u << l;
+  });
+  return r;
+}
+
 unsigned warp_sum(unsigned v) {
   unsigned r = 0;
   warp_gather(v, [&](unsigned, unsigned long long x) { r += (unsigned)x; });

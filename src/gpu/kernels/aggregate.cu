@@ -313,24 +313,69 @@ GPQ_DEVICE u32 gpq_agg_eval(const AggProgram& p, const AggFunc& f, u64 row, i128
   return 0;
 }
 
-// Adds one row's inputs into the accumulator words `acc` of a slot.
-GPQ_DEVICE void gpq_agg_accumulate(u64* acc, const AggFunc* funcs, u32 n_funcs, const i128* vals, u32 present) {
-  for (u32 f = 0; f < n_funcs; f++) {
-    u64* w = acc + f * AGG_WORDS;
-    const u32 kind = funcs[f].kind;
-    if (kind == AGG_COUNT_ROWS) {
-      atomicAdd(&w[0], 1ull);
-      continue;
+// One lane's share of each aggregate for the warp's reduction: the rows it
+// counts, and its value (SUM: 192 bits, low word first; MIN and MAX: the
+// order-preserving encoding, 0 where absent, the identity of the max).
+struct AggLane {
+  u32 count[AGG_MAX_FUNCS];
+  u64 w[AGG_MAX_FUNCS][3];
+};
+
+GPQ_DEVICE void gpq_agg_add192_local(u64* a, u64 b0, u64 b1, u64 b2) {
+  const u64 s0 = a[0] + b0;
+  const u64 c0 = s0 < b0 ? 1 : 0;
+  const u64 s1 = a[1] + b1;
+  const u64 c1 = s1 < b1 ? 1 : 0;
+  const u64 s1c = s1 + c0;
+  const u64 c1c = s1c < c0 ? 1 : 0;
+  a[0] = s0;
+  a[1] = s1c;
+  a[2] = a[2] + b2 + c1 + c1c;
+}
+
+// Sums the lane shares of each group of `peers` (the lanes holding the
+// same key) into the group's lowest lane, in as many steps as the largest
+// group has bits (a tree over each group's lanes in lane order). Every lane
+// of the warp calls it with the same functions.
+GPQ_DEVICE void gpq_agg_reduce_peers(AggLane& x, u32 peers, const AggFunc* funcs, u32 n_funcs) {
+  const u32 lane = threadIdx.x & 31;
+  u32 rel = __popc(peers & ((1u << lane) - 1));  // my place in my group
+  u32 above = peers & ~((2u << lane) - 1);       // my group's lanes after me
+  while (__any_sync(0xffffffffu, above != 0)) {
+    const int next = __ffs(above);  // 1 + the nearest one left, or 0
+    const int from = next ? next - 1 : (int)lane;
+    for (u32 f = 0; f < n_funcs; f++) {
+      const u32 kind = funcs[f].kind;
+      const u32 c = __shfl_sync(0xffffffffu, x.count[f], from);
+      if (kind == AGG_SUM) {
+        const u64 b0 = __shfl_sync(0xffffffffu, x.w[f][0], from);
+        const u64 b1 = __shfl_sync(0xffffffffu, x.w[f][1], from);
+        const u64 b2 = __shfl_sync(0xffffffffu, x.w[f][2], from);
+        if (next) gpq_agg_add192_local(x.w[f], b0, b1, b2);
+      } else if (kind == AGG_MIN || kind == AGG_MAX) {
+        const u64 b = __shfl_sync(0xffffffffu, x.w[f][0], from);
+        if (next && b > x.w[f][0]) x.w[f][0] = b;
+      }
+      if (next) x.count[f] += c;
     }
-    if (!((present >> f) & 1)) continue;
-    atomicAdd(&w[0], 1ull);
-    const i128 v = vals[f];
+    // Lanes at odd places have been added into their left neighbour: the
+    // others no longer look at them, and the places halve.
+    above &= ~__ballot_sync(0xffffffffu, rel & 1);
+    rel >>= 1;
+  }
+}
+
+// Adds a group's reduced shares into the accumulator words `acc` of its slot.
+GPQ_DEVICE void gpq_agg_accumulate(u64* acc, const AggFunc* funcs, u32 n_funcs, const AggLane& x) {
+  for (u32 f = 0; f < n_funcs; f++) {
+    if (x.count[f] == 0) continue;
+    u64* w = acc + f * AGG_WORDS;
+    atomicAdd(&w[0], (u64)x.count[f]);
+    const u32 kind = funcs[f].kind;
     if (kind == AGG_SUM) {
-      gpq_agg_add192(&w[1], (u64)v, (u64)((u128)v >> 64), v < 0 ? ~0ull : 0ull);
-    } else if (kind == AGG_MIN) {
-      atomicMax(&w[1], ~((u64)(i64)v ^ AGG_SIGN));
-    } else if (kind == AGG_MAX) {
-      atomicMax(&w[1], (u64)(i64)v ^ AGG_SIGN);
+      gpq_agg_add192(&w[1], x.w[f][0], x.w[f][1], x.w[f][2]);
+    } else if (kind == AGG_MIN || kind == AGG_MAX) {
+      atomicMax(&w[1], x.w[f][0]);
     }
   }
 }
@@ -351,8 +396,13 @@ GPQ_DEVICE void gpq_agg_merge(u64* dst, const u64* src, const AggFunc* funcs, u3
 }
 
 // One launch aggregates every row into the global table. Any block count
-// works; the barriers sit outside the loop over rows, which a thread leaves
-// early only once the launch has failed.
+// works; a block's size must be a multiple of 32. A warp takes 32 rows at a
+// time in lockstep: its lanes with equal keys (__match_any_sync) add their
+// shares together first, and only each group's first lane touches the
+// table, so a batch of few groups (TPC-H q1 has four) does not serialize
+// every row on the same slot's atomics. The barriers sit outside the loop
+// over rows, which a warp leaves early, all lanes together, only once the
+// launch has failed.
 extern "C" __global__ void gpq_aggregate(AggProgram* p) {
   const AggProgram prog = *p;
   __shared__ u64 s_keys[AGG_SHARED_SLOTS];
@@ -362,54 +412,76 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
   const u32 words = prog.n_funcs * AGG_WORDS;
   u64* g_keys = (u64*)prog.table_keys;
   u64* g_acc = (u64*)prog.table_acc;
-  const bool well_formed = prog.n_funcs <= AGG_MAX_FUNCS && prog.capacity != 0 && (prog.capacity & (prog.capacity - 1)) == 0 && prog.n_keys <= 63;
+  const bool well_formed = prog.n_funcs <= AGG_MAX_FUNCS && prog.capacity != 0 && (prog.capacity & (prog.capacity - 1)) == 0 &&
+                           prog.n_keys <= 63 && (blockDim.x & 31) == 0;
   u32 bad = well_formed ? 0 : AGG_BAD_PROGRAM;
   u64 taken = 0;
   if (threadIdx.x == 0) s_taken = 0;
   for (u32 i = threadIdx.x; i < AGG_SHARED_SLOTS; i += blockDim.x) s_keys[i] = AGG_EMPTY;
   for (u32 i = threadIdx.x; i < AGG_SHARED_SLOTS * AGG_MAX_FUNCS * AGG_WORDS; i += blockDim.x) s_acc[i] = 0;
   __syncthreads();
+  const u32 lane = threadIdx.x & 31;
   const u64 stride = (u64)gridDim.x * blockDim.x;
-  for (u64 row = (u64)blockIdx.x * blockDim.x + threadIdx.x; well_formed && row < prog.rows; row += stride) {
-    if (prog.allowed != 0 && ((row >> 3) >= prog.allowed_len || !gpq_bit((const u8*)prog.allowed, row))) continue;
-    u64 key;
-    u32 e = gpq_agg_key(prog, row, &key);
-    // Any condition fails the whole launch (the host discards the table): stop early.
-    if (e) {
-      bad |= e;
-      break;
+  // `base` is the same in every lane of a warp, so its lanes iterate together.
+  for (u64 base = (u64)blockIdx.x * blockDim.x + (threadIdx.x & ~31u); well_formed && base < prog.rows; base += stride) {
+    const u64 row = base + lane;
+    bool active = row < prog.rows;
+    if (active && prog.allowed != 0 && ((row >> 3) >= prog.allowed_len || !gpq_bit((const u8*)prog.allowed, row))) active = false;
+    AggLane x;
+    for (u32 f = 0; f < AGG_MAX_FUNCS; f++) {
+      x.count[f] = 0;
+      x.w[f][0] = x.w[f][1] = x.w[f][2] = 0;
     }
-    i128 vals[AGG_MAX_FUNCS];
-    u32 present = 0;
-    for (u32 f = 0; f < prog.n_funcs && !e; f++) {
-      vals[f] = 0;
-      if (funcs[f].kind == AGG_COUNT_ROWS) continue;
+    u64 key = AGG_EMPTY;  // never a packed key (those have 63 bits): the idle lanes' group
+    u32 e = 0;
+    if (active) e = gpq_agg_key(prog, row, &key);
+    for (u32 f = 0; active && f < prog.n_funcs && !e; f++) {
+      if (funcs[f].kind == AGG_COUNT_ROWS) {
+        x.count[f] = 1;
+        continue;
+      }
       bool is_present = false;
-      e = gpq_agg_eval(prog, funcs[f], row, &vals[f], &is_present);
-      if (!e && is_present && (funcs[f].kind == AGG_MIN || funcs[f].kind == AGG_MAX)) {
+      i128 v = 0;
+      e = gpq_agg_eval(prog, funcs[f], row, &v, &is_present);
+      if (e || !is_present) continue;
+      x.count[f] = 1;
+      if (funcs[f].kind == AGG_SUM) {
+        x.w[f][0] = (u64)v;
+        x.w[f][1] = (u64)((u128)v >> 64);
+        x.w[f][2] = v < 0 ? ~0ull : 0ull;
+      } else if (funcs[f].kind == AGG_MIN || funcs[f].kind == AGG_MAX) {
         const i128 lim = ((i128)1) << 63;
-        if (vals[f] < -lim || vals[f] >= lim) e = AGG_OVERFLOW;
+        if (v < -lim || v >= lim) {
+          e = AGG_OVERFLOW;
+        } else {
+          const u64 enc = (u64)(i64)v ^ AGG_SIGN;
+          x.w[f][0] = funcs[f].kind == AGG_MIN ? ~enc : enc;
+        }
       }
-      if (is_present) present |= 1u << f;
     }
-    if (e) {
-      bad |= e;
-      break;
-    }
-    u64* acc;
-    const i64 s = gpq_agg_insert(s_keys, AGG_SHARED_SLOTS, key, AGG_SHARED_PROBES);
-    if (s >= 0) {
-      acc = s_acc + (u64)s * words;
-    } else {
-      const i64 g = gpq_agg_insert(g_keys, prog.capacity, key, AGG_GLOBAL_PROBES);
-      if (g < 0) {
-        bad |= AGG_TABLE_FULL;
-        break;
+    bad |= e;
+    // Any condition fails the whole launch (the host discards the table): stop early.
+    if (__any_sync(0xffffffffu, e != 0)) break;
+    if (!active) key = AGG_EMPTY;
+    const u32 peers = __match_any_sync(0xffffffffu, key);
+    gpq_agg_reduce_peers(x, peers, funcs, prog.n_funcs);
+    bool full = false;
+    if (active && lane == (u32)(__ffs(peers) - 1)) {
+      const i64 s = gpq_agg_insert(s_keys, AGG_SHARED_SLOTS, key, AGG_SHARED_PROBES);
+      if (s >= 0) {
+        gpq_agg_accumulate(s_acc + (u64)s * words, funcs, prog.n_funcs, x);
+      } else {
+        const i64 g = gpq_agg_insert(g_keys, prog.capacity, key, AGG_GLOBAL_PROBES);
+        if (g < 0) {
+          full = true;
+        } else {
+          gpq_agg_accumulate(g_acc + (u64)g * words, funcs, prog.n_funcs, x);
+        }
       }
-      acc = g_acc + (u64)g * words;
     }
-    gpq_agg_accumulate(acc, funcs, prog.n_funcs, vals, present);
-    taken++;
+    if (full) bad |= AGG_TABLE_FULL;
+    if (__any_sync(0xffffffffu, full)) break;
+    if (active) taken++;
   }
   if (taken) atomicAdd(&s_taken, taken);
   __syncthreads();
