@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench tpch-sf30 tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
-#           sanitizer-filter fuzz
+#           sanitizer-filter fuzz agg-quick
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
@@ -401,6 +401,26 @@ stage_tpch_explain() {
   done
 }
 
+stage_agg_quick() {
+  # Issue 15, the device partial aggregation in a few minutes of device time:
+  # SF10 lineitem alone, q1 and q6 four times each in one process (the first
+  # cold) on the CPU backend, the GPU backend, and the GPU backend without
+  # the device aggregation.
+  local l=$data/agg-quick; mkdir -p "$l"
+  [ -e "$l/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$l" > /dev/null 2>&1
+  cat "$l/lineitem.parquet" > /dev/null
+  local n q
+  for n in 1 6; do
+    q=$(gpq_tpch_query $n)
+    for run in "cpu --backend cpu" "gpu --backend gpu" "gpu-no-device-aggregation --backend gpu --no-device-aggregation"; do
+      set -- $run
+      local name=$1; shift
+      timeout 60 gpq sql --data "$l" "$@" "$q; $q; $q; $q" > "$OUT/agg-quick.tmp" 2>&1
+      note "agg-quick q$n $name: rc=$? runs: $(grep -E ' rows in ' "$OUT/agg-quick.tmp" | sed 's/.* rows in //' | tr '\n' ' ')"
+    done
+  done
+  rm -f "$OUT/agg-quick.tmp"
+}
 stage_tpch_cpu_time() {
   # Issue 15, q1 and q6: does the GPU backend leave cores idle, or does something of gpq's
   # keep them busy? Each query six times in one process (the first cold), with the
