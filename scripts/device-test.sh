@@ -18,7 +18,11 @@
 #   .device/bench the CLI alone, for the benchmark stages (tpch-bench,
 #                 tpch-profile, suite...; tpch-gpus and ballista-gpus on the
 #                 nvidia-h200-x2 kind): DEVICE_BUNDLES=bench builds only it
-# DEVICE_BUNDLES (default core,df; or core, python, bench) picks the bundles;
+#   .device/combo (DEVICE_BUNDLES=combo) the CLI with CLI_FEATURES (default
+#                 datafusion) and a few core test binaries (DEVICE_CORE_TESTS,
+#                 default "aggregate_gpu filter_gpu decode_gpu"), so that one
+#                 call can test new kernels and time the queries on them
+# DEVICE_BUNDLES (default core,df; or core, python, bench, combo) picks the bundles;
 # other bundles already staged are kept.
 # SKIP_BENCHES=1 skips the criterion benches (a build of its own).
 # CLI_FEATURES=datafusion builds the CLI without Ballista (stage ballista-gpus needs it).
@@ -41,24 +45,30 @@ echo "== building release binaries"
 # of a clean build).
 core_only=0
 [ "$bundles" = core ] && [ -n "${DEVICE_CORE_TESTS:-}" ] && [ "${DEVICE_CORE_NO_CLI:-0}" = 1 ] && core_only=1
+if [ "$bundles" = combo ]; then
+  CLI_FEATURES=${CLI_FEATURES:-datafusion}
+  DEVICE_CORE_TESTS=${DEVICE_CORE_TESTS:-aggregate_gpu filter_gpu decode_gpu}
+fi
 if [ $core_only = 1 ]; then :
 elif [ -n "${CLI_FEATURES:-}" ]; then
   cargo build --release -p gpq-cli --no-default-features --features "$CLI_FEATURES"
 else
   cargo build --release -p gpq-cli
 fi
-[ $core_only = 1 ] || cargo build --release -p gpq-fuzz
+want_fuzz=1; { [ $core_only = 1 ] || [ "$bundles" = combo ]; } && want_fuzz=0
+[ $want_fuzz = 0 ] || cargo build --release -p gpq-fuzz
 cargo build --release -p gpq --bin gpq-nvcomp-worker
 # DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
 # tests, the CLI and the fuzzer), skipping the DataFusion test binary.
 # DEVICE_BUNDLES=python builds and stages only the Python bundle (the CLI,
 # the package's wheel, nanoarrow and pytest).
 if [ "$bundles" = core ]; then tests=(-p gpq); else tests=(--workspace); fi
+if [ "$bundles" = combo ]; then tests=(-p gpq); for t in $DEVICE_CORE_TESTS; do tests+=(--test "$t"); done; fi
 if [ "$bundles" = python ] || [ "$bundles" = bench ]; then : > "$stage/test.json"; else
   cargo test --release "${tests[@]}" --no-run --message-format=json 2>/dev/null > "$stage/test.json"
 fi
 # SKIP_BENCHES=1 leaves the criterion benches out (stage criterion then has nothing to run).
-if [ "${SKIP_BENCHES:-0}" = 1 ] || [ "$bundles" = python ] || [ "$bundles" = bench ]; then : > "$stage/bench.json"; else
+if [ "${SKIP_BENCHES:-0}" = 1 ] || [ "$bundles" = python ] || [ "$bundles" = bench ] || [ "$bundles" = combo ]; then : > "$stage/bench.json"; else
   cargo bench -p gpq --no-run --message-format=json 2>/dev/null > "$stage/bench.json"
 fi
 
@@ -67,10 +77,8 @@ copy() { # copy and strip an executable into .device/bin under a stable name
   cp "$src" "$stage/bin/$name"
   strip --strip-all "$stage/bin/$name" 2>/dev/null || true
 }
-if [ $core_only = 0 ]; then
-  copy target/release/gpq gpq
-  copy target/release/gpq-fuzz gpq-fuzz  # the fuzzer and its driver (run.sh stage fuzz)
-fi
+[ $core_only = 1 ] || copy target/release/gpq gpq
+[ $want_fuzz = 0 ] || copy target/release/gpq-fuzz gpq-fuzz  # the fuzzer and its driver (run.sh stage fuzz)
 # nvCOMP's worker process (ZSTD/GZIP pages), found beside the binaries that start it.
 copy target/release/gpq-nvcomp-worker gpq-nvcomp-worker
 cp scripts/fuzz/fuzz.py "$stage/bin/fuzz.py"
@@ -159,6 +167,9 @@ if [ "$bundles" = python ]; then
   bundle python bin/gpq bin/gpq-nvcomp-worker lib wheels
 elif [ "$bundles" = bench ]; then
   bundle bench bin/gpq bin/gpq-nvcomp-worker lib
+elif [ "$bundles" = combo ]; then
+  combo=(bin/gpq bin/gpq-nvcomp-worker lib data); for t in $DEVICE_CORE_TESTS; do combo+=(bin/test-$t); done
+  bundle combo "${combo[@]}"
 elif [[ ",$bundles," == *,core,* ]]; then
   bundle core "${core[@]}"
 fi
@@ -176,3 +187,4 @@ echo
 echo "Staged. Run on the device with:  command: bash .device/core/run.sh tests   carry: [\".device/core\"]"
 echo "                          or:  command: bash .device/df/run.sh tests   carry: [\".device/df\"]"
 echo "                          or:  command: bash .device/bench/run.sh tpch-bench   carry: [\".device/bench\"]"
+echo "                          or:  command: bash .device/combo/run.sh info tests agg-quick tpch-bench   carry: [\".device/combo\"]"
