@@ -5,13 +5,7 @@
 # bounded. Run through the device tool after scripts/device-test.sh:
 #   command: bash scripts/device-check-issue10.sh   carry: [".device/core"]
 set -uo pipefail
-OUT=${OUT:-/tmp/gpq-out}
-mkdir -p "$OUT"
-timeout 60 bash .device/core/run.sh info > /dev/null 2>&1   # unpacks the payload
-W=/root/gpq-work/bin
-export LD_LIBRARY_PATH=/root/gpq-work/lib:/usr/local/cuda/lib64
-export GPQ_REQUIRE_GPU=1 GPQ_REQUIRE_NVCOMP=1 GPQ_TESTDATA=$PWD/testdata
-export GPQ_PARQUET_TESTING=/root/gpq-work/data/parquet-testing GPQ_KERNEL_CACHE=/root/gpq-work/kernel-cache
+. "$(dirname "$0")/device-env.sh"
 for t in hostile encodings_gpu edge_files_gpu corrupt_gpu decode_gpu plan footer_hostile; do
   GPQ_TPCH_SF=1 timeout 150 "$W/test-$t" --test-threads=1 --skip lost_context > "$OUT/t-$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^test result' "$OUT/t-$t.log" | tail -1)"

@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench tpch-sf30 tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
-#           sanitizer-filter fuzz agg-quick
+#           sanitizer-filter fuzz agg-quick agg-groups
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
@@ -420,6 +420,25 @@ stage_agg_quick() {
     done
   done
   rm -f "$OUT/agg-quick.tmp"
+}
+stage_agg_groups() {
+  # Issue 15: q17, q18 and q20 aggregate lineitem by keys of many groups (part;
+  # order; part and supplier), more than the device aggregation's table holds
+  # (2^17), so their batches try the device and then go to the host; q10 (no
+  # aggregation over a scan) is the control. The four queries with and without
+  # the device aggregation, then q17, q18 and q20 twice each with their scans'
+  # metrics (agg-groups-metrics.log; the device_aggregate_* counters).
+  d=$data/suite/default
+  if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
+  cat "$d"/*.parquet > /dev/null
+  local qs=10,17,18,20
+  gpq bench tpch --data "$d" --queries $qs --repeat "${TPCH_REPEAT:-3}" --backend auto 2>&1 | tee "$OUT/agg-groups-default.md" | tail -8 | tee -a "$summary"
+  note "agg-groups with device aggregation: rc=${PIPESTATUS[0]}"
+  gpq bench tpch --data "$d" --queries $qs --repeat "${TPCH_REPEAT:-3}" --backend auto --no-device-aggregation 2>&1 | tee "$OUT/agg-groups-off.md" | tail -8 | tee -a "$summary"
+  note "agg-groups without device aggregation: rc=${PIPESTATUS[0]}"
+  timeout 200 gpq tpch --data "$d" --backend auto --query 17,17,18,18,20,20 > "$OUT/agg-groups-metrics.log" 2>&1
+  note "agg-groups metrics: rc=$? $(grep -E ' rows in ' "$OUT/agg-groups-metrics.log" | tr '\n' ' ')"
+  grep -oE 'device_aggregate_[a-z_]+=[^,]+' "$OUT/agg-groups-metrics.log" | sort | uniq -c | head -20 | tee -a "$summary"
 }
 stage_tpch_cpu_time() {
   # Issue 15, q1 and q6: does the GPU backend leave cores idle, or does something of gpq's

@@ -410,6 +410,12 @@ fn flips_are_errors_or_right_answers(dir: &Path, clean: &Path, rng: &mut common:
             let i = lo + rng.below((hi - lo) as u64) as usize;
             bytes[i] ^= 1 << rng.below(8);
         }
+        // The flips above are drawn for every trial, so a shard corrupts its
+        // trials exactly as the whole run does.
+        if !common::in_shard(t) {
+            continue;
+        }
+        common::progress(format_args!("flip{t}"));
         let path = dir.join(format!("flip{t}.parquet"));
         std::fs::write(&path, &bytes).unwrap();
         let expected = if arrow_may_panic {
@@ -433,6 +439,7 @@ fn flips_are_errors_or_right_answers(dir: &Path, clean: &Path, rng: &mut common:
         }
         std::fs::remove_file(&path).unwrap();
     }
-    eprintln!("{trials} corrupted files: {errors} typed errors, {equal} equal to arrow-rs");
+    let shard = common::test_shard().map_or(String::new(), |(k, n)| format!(" (shard {k}/{n} of the trials)"));
+    eprintln!("{trials} corrupted files{shard}: {errors} typed errors, {equal} equal to arrow-rs");
     assert!(bad.is_empty(), "{} of {trials} corrupted files went wrong:\n{}", bad.len(), bad.join("\n"));
 }

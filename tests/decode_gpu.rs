@@ -743,8 +743,14 @@ fn parquet_testing_files(_ctx: &Arc<GpuContext>) {
     files.sort();
     let mut same = 0;
     let mut problems = Vec::new();
-    for path in &files {
+    let mut outside_shard = 0;
+    for (index, path) in files.iter().enumerate() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !common::in_shard(index) {
+            outside_shard += 1;
+            continue;
+        }
+        common::progress(format_args!("{name}"));
         let skip = NOT_YET_DECODED.iter().find(|(f, _)| *f == name).map(|(_, why)| *why);
         let malformed = MALFORMED.contains(&name.as_str());
         let expected = common::arrow_rs(path);
@@ -794,7 +800,11 @@ fn parquet_testing_files(_ctx: &Arc<GpuContext>) {
         ARROW_RS_QUIRKS.len() + NEITHER_READS.len()
     );
     assert!(problems.is_empty(), "{} files do not behave as listed:\n{}", problems.len(), problems.join("\n"));
-    assert_eq!(same + NOT_YET_DECODED.len() + MALFORMED.len(), files.len(), "a listed file is missing from the corpus");
+    if common::test_shard().is_none() {
+        assert_eq!(same + NOT_YET_DECODED.len() + MALFORMED.len(), files.len(), "a listed file is missing from the corpus");
+    } else {
+        eprintln!("GPQ_TEST_SHARD: {outside_shard} files left to the other shards; the corpus check needs the whole run");
+    }
 }
 
 /// A read split into groups of row groups (IO of one group beside the page

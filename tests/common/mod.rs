@@ -234,3 +234,31 @@ pub fn tpch_table(dir: &Path, table: gpq_bench::tpch::Table, sf: f64) -> PathBuf
     let options = gpq_bench::tpch::GenOptions { scale_factor: sf, ..Default::default() };
     gpq_bench::tpch::generate_table(table, dir, &options, &|_| {}).unwrap()
 }
+
+/// The shard `GPQ_TEST_SHARD=k/n` asks for (`k` counted from 0), if any.
+/// scripts/device-sanitize.sh runs a long test under compute-sanitizer as
+/// `n` processes, each of which takes the items (files, trials) whose index
+/// is `k` modulo `n`; unset, a test takes every item.
+pub fn test_shard() -> Option<(usize, usize)> {
+    let v = std::env::var("GPQ_TEST_SHARD").ok()?;
+    let (k, n) = v.split_once('/').unwrap_or_else(|| panic!("GPQ_TEST_SHARD={v}: expected k/n"));
+    let (k, n): (usize, usize) = (k.parse().expect("GPQ_TEST_SHARD: k"), n.parse().expect("GPQ_TEST_SHARD: n"));
+    assert!(n > 0 && k < n, "GPQ_TEST_SHARD={v}: expected 0 <= k < n");
+    Some((k, n))
+}
+
+/// Whether item `index` of a shardable test belongs to this process's shard.
+pub fn in_shard(index: usize) -> bool {
+    test_shard().is_none_or(|(k, n)| index % n == k)
+}
+
+/// With `GPQ_TEST_PROGRESS` set, prints `what` and the seconds since the
+/// first call to stderr: a sanitized run cut off at its deadline then shows
+/// which items it finished.
+pub fn progress(what: std::fmt::Arguments) {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    if std::env::var_os("GPQ_TEST_PROGRESS").is_some() {
+        let t = START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64();
+        eprintln!("[{t:8.2} s] {what}");
+    }
+}

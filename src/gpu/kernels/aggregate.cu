@@ -427,8 +427,8 @@ extern "C" __global__ void gpq_aggregate(AggProgram* p) {
     const u64 row = base + lane;
     bool active = row < prog.rows;
     if (active && prog.allowed != 0 && ((row >> 3) >= prog.allowed_len || !gpq_bit((const u8*)prog.allowed, row))) active = false;
-    AggLane x;
-    for (u32 f = 0; f < AGG_MAX_FUNCS; f++) {
+    AggLane x;  // only its first n_funcs entries are read (well_formed bounds n_funcs)
+    for (u32 f = 0; f < prog.n_funcs; f++) {
       x.count[f] = 0;
       x.w[f][0] = x.w[f][1] = x.w[f][2] = 0;
     }
