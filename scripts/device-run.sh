@@ -3,7 +3,7 @@
 # Usage: bash .device/<bundle>/run.sh STAGE...
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench tpch-sf30 tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
-#           sanitizer-filter fuzz agg-quick agg-groups
+#           sanitizer-filter fuzz agg-quick agg-groups q6-knobs
 #           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
@@ -422,23 +422,43 @@ stage_agg_quick() {
   rm -f "$OUT/agg-quick.tmp"
 }
 stage_agg_groups() {
-  # Issue 15: q17, q18 and q20 aggregate lineitem by keys of many groups (part;
-  # order; part and supplier), more than the device aggregation's table holds
-  # (2^17), so their batches try the device and then go to the host; q10 (no
-  # aggregation over a scan) is the control. The four queries with and without
-  # the device aggregation, then q17, q18 and q20 twice each with their scans'
-  # metrics (agg-groups-metrics.log; the device_aggregate_* counters).
+  # Issue 15: q15, q17, q18 and q20 aggregate lineitem by keys of many groups
+  # (supplier; part; order; part and supplier), up to and beyond what the
+  # device aggregation's table holds (default 2^17): a batch with more groups
+  # tries the device and then goes to the host. q10 (no aggregation over a
+  # scan) is the control. The five queries with the default, with at most
+  # 4096 groups a batch on the device, and without the device aggregation;
+  # then q15, q17, q18 and q20 once each with their scans' metrics
+  # (agg-groups-metrics.log: the device_aggregate_* counters).
   d=$data/suite/default
   if [ ! -e "$d/supplier.parquet" ]; then gpq gen -s 10 --out "$d" > /dev/null 2>&1; fi
   cat "$d"/*.parquet > /dev/null
-  local qs=10,17,18,20
-  gpq bench tpch --data "$d" --queries $qs --repeat "${TPCH_REPEAT:-3}" --backend auto 2>&1 | tee "$OUT/agg-groups-default.md" | tail -8 | tee -a "$summary"
-  note "agg-groups with device aggregation: rc=${PIPESTATUS[0]}"
-  gpq bench tpch --data "$d" --queries $qs --repeat "${TPCH_REPEAT:-3}" --backend auto --no-device-aggregation 2>&1 | tee "$OUT/agg-groups-off.md" | tail -8 | tee -a "$summary"
-  note "agg-groups without device aggregation: rc=${PIPESTATUS[0]}"
-  timeout 200 gpq tpch --data "$d" --backend auto --query 17,17,18,18,20,20 > "$OUT/agg-groups-metrics.log" 2>&1
+  local qs=10,15,17,18,20 name
+  for run in "default" "max-4096 --device-aggregation-max-groups 4096" "off --no-device-aggregation"; do
+    set -- $run; name=$1; shift
+    gpq bench tpch --data "$d" --queries $qs --repeat "${TPCH_REPEAT:-3}" --backend auto "$@" 2>&1 | tee "$OUT/agg-groups-$name.md" | tail -9 | tee -a "$summary"
+    note "agg-groups $name: rc=${PIPESTATUS[0]}"
+  done
+  timeout 200 gpq tpch --data "$d" --backend auto --query 15,17,18,20 > "$OUT/agg-groups-metrics.log" 2>&1
   note "agg-groups metrics: rc=$? $(grep -E ' rows in ' "$OUT/agg-groups-metrics.log" | tr '\n' ' ')"
   grep -oE 'device_aggregate_[a-z_]+=[^,]+' "$OUT/agg-groups-metrics.log" | sort | uniq -c | head -20 | tee -a "$summary"
+}
+stage_q6_knobs() {
+  # Issue 15's q6 target (3x the built-in reader): q6 over SF10 lineitem, four
+  # runs in one process (the first cold) with the defaults, fewer and larger
+  # device reads (--gpu-min-partition-bytes), and blocking waits for the GPU.
+  local l=$data/agg-quick; mkdir -p "$l"
+  [ -e "$l/lineitem.parquet" ] || { [ -e "$data/suite/default/lineitem.parquet" ] && ln -sf "$data/suite/default/lineitem.parquet" "$l/lineitem.parquet"; }
+  [ -e "$l/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$l" > /dev/null 2>&1
+  cat "$l/lineitem.parquet" > /dev/null
+  local q; q=$(gpq_tpch_query 6)
+  for run in "default" "partition-64M --gpu-min-partition-bytes 64M" "partition-256M --gpu-min-partition-bytes 256M" "blocking" "cpu --backend cpu"; do
+    set -- $run; local name=$1; shift
+    local wait=(); [ "$name" = blocking ] && wait=(GPQ_CUDA_WAIT=blocking)
+    env "${wait[@]}" timeout 60 gpq sql --data "$l" "$@" "$q; $q; $q; $q" > "$OUT/q6-knobs.tmp" 2>&1
+    note "q6 $name: rc=$? runs: $(grep -E ' rows in ' "$OUT/q6-knobs.tmp" | sed 's/.* rows in //' | tr '\n' ' ')"
+  done
+  rm -f "$OUT/q6-knobs.tmp"
 }
 stage_tpch_cpu_time() {
   # Issue 15, q1 and q6: does the GPU backend leave cores idle, or does something of gpq's

@@ -50,6 +50,10 @@ pub struct EngineArgs {
     /// aggregation on the device).
     #[arg(long)]
     pub no_device_aggregation: bool,
+    /// Most groups the device aggregates in one batch; a batch with more
+    /// is aggregated on the host.
+    #[arg(long, default_value_t = gpq_datafusion::DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS)]
+    pub device_aggregation_max_groups: usize,
     /// With device filters, decode the filters' columns first and the other
     /// columns only where rows survive them (pays where survivors cluster).
     #[arg(long)]
@@ -162,7 +166,12 @@ impl EngineArgs {
             return crate::cluster::context(cluster, config).await;
         }
         let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features();
-        let state = if self.no_device_aggregation { state } else { gpq_datafusion::with_device_aggregation(state) };
+        let state = if self.no_device_aggregation {
+            state
+        } else {
+            let rule = gpq_datafusion::GpqAggregatePushdown::default().with_max_groups(self.device_aggregation_max_groups);
+            state.with_physical_optimizer_rule(Arc::new(rule))
+        };
         Ok(SessionContext::new_with_state(state.build()))
     }
 }

@@ -49,19 +49,41 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Inp
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::device_aggregate::{AggregateSink, DeviceAggregation};
+use crate::device_aggregate::{AggregateSink, DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS, DeviceAggregation};
 use crate::exec::GpqScanExec;
 
 /// The physical optimizer rule that puts partial aggregations over GPU
 /// scans on the device (see the module docs). Add it after DataFusion's
 /// own rules, e.g. with [`with_device_aggregation`](crate::with_device_aggregation).
-#[derive(Debug, Default)]
-pub struct GpqAggregatePushdown;
+#[derive(Debug, Clone)]
+pub struct GpqAggregatePushdown {
+    /// Most groups the device aggregates in one batch (its table is grown
+    /// up to this many slots, rounded up to a power of two, at most
+    /// [`gpq::arrow::aggregate::GroupBy::MAX_CAPACITY`]); a batch with more
+    /// goes to the host, and after a few such batches the rest of the
+    /// partition does. Default [`DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS`].
+    pub max_groups: usize,
+}
+
+impl Default for GpqAggregatePushdown {
+    fn default() -> Self {
+        GpqAggregatePushdown { max_groups: DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS }
+    }
+}
+
+impl GpqAggregatePushdown {
+    /// The rule with [`GpqAggregatePushdown::max_groups`] set to `groups`
+    /// (at least 1).
+    pub fn with_max_groups(mut self, groups: usize) -> Self {
+        self.max_groups = groups.max(1);
+        self
+    }
+}
 
 impl PhysicalOptimizerRule for GpqAggregatePushdown {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            Ok(match rewrite(&node) {
+            Ok(match rewrite(&node, self.max_groups) {
                 Some(new) => Transformed::yes(new),
                 None => Transformed::no(node),
             })
@@ -85,7 +107,7 @@ fn transparent(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> 
     passes.then(|| node.children().first().map(|c| Arc::clone(c))).flatten()
 }
 
-fn rewrite(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+fn rewrite(node: &Arc<dyn ExecutionPlan>, max_groups: usize) -> Option<Arc<dyn ExecutionPlan>> {
     let agg = node.downcast_ref::<AggregateExec>()?;
     if *agg.mode() != AggregateMode::Partial || agg.limit_options().is_some() || agg.filter_expr().iter().any(Option::is_some) {
         return None;
@@ -110,7 +132,7 @@ fn rewrite(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     if !scan.uses_gpu() || scan.fetch().is_some() {
         return None;
     }
-    let plan = DeviceAggregation::plan(agg, projection.as_deref(), &scan.schema())?;
+    let plan = DeviceAggregation::plan(agg, projection.as_deref(), &scan.schema(), max_groups)?;
     Some(Arc::new(GpqPartialAggregateExec { partial: Arc::clone(node), scan: below, plan: Arc::new(plan), metrics: ExecutionPlanMetricsSet::new() }))
 }
 

@@ -159,11 +159,12 @@ fn value(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<(ValueExpr, Num)>
     None
 }
 
-/// Most groups a batch may have on the device: enough for TPC-H q15's
-/// suppliers at SF 10 (100,000); the table's states (up to 200 bytes a
-/// group) are copied back whole, and a batch with more groups, such as
-/// one grouped by a key of nearly every row, is cheaper on the host.
-const MOST_GROUPS: usize = 1 << 17;
+/// Default of [`GpqAggregatePushdown::max_groups`](crate::GpqAggregatePushdown::max_groups):
+/// enough for TPC-H q15's suppliers at SF 10 (100,000). The table's states
+/// (up to 200 bytes a group) are copied back whole, and a batch with more
+/// groups, such as one grouped by a key of nearly every row, is cheaper on
+/// the host.
+pub const DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS: usize = 1 << 17;
 
 /// How one DataFusion aggregate's partial state is made from the device's.
 #[derive(Debug, Clone)]
@@ -192,8 +193,9 @@ pub(crate) struct DeviceAggregation {
 impl DeviceAggregation {
     /// The device plan of `agg` (a `Partial` aggregation whose input is the
     /// scan of schema `scan_schema`, through `projection` if given), or
-    /// `None` where the device cannot compute it exactly.
-    pub fn plan(agg: &AggregateExec, projection: Option<&[Arc<dyn PhysicalExpr>]>, scan_schema: &Schema) -> Option<DeviceAggregation> {
+    /// `None` where the device cannot compute it exactly. A batch with more
+    /// than `max_groups` groups goes to the host.
+    pub fn plan(agg: &AggregateExec, projection: Option<&[Arc<dyn PhysicalExpr>]>, scan_schema: &Schema, max_groups: usize) -> Option<DeviceAggregation> {
         let over_scan = |e: &Arc<dyn PhysicalExpr>| -> Option<Arc<dyn PhysicalExpr>> {
             let Some(proj) = projection else { return Some(Arc::clone(e)) };
             Arc::clone(e)
@@ -273,7 +275,7 @@ impl DeviceAggregation {
         if aggregates.len() > GroupBy::MAX_AGGREGATES {
             return None;
         }
-        let group_by = GroupBy { keys, aggregates, capacity: MOST_GROUPS };
+        let group_by = GroupBy { keys, aggregates, capacity: max_groups };
         Some(DeviceAggregation { group_by, states, schema: agg.schema() })
     }
 

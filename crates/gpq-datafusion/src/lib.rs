@@ -143,6 +143,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 
 pub use aggregate::{GpqAggregatePushdown, GpqPartialAggregateExec};
+pub use device_aggregate::DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS;
 pub use exec::GpqScanExec;
 pub use options::{Backend, DEFAULT_GPU_MIN_PASSES, DEFAULT_GPU_MIN_SCAN_BYTES, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
 pub use remote::ScanDevice;
@@ -182,5 +183,5 @@ pub fn to_df_error(e: gpq::Error) -> DataFusionError {
 /// rules: a session built from it aggregates over GPU scans on the device
 /// where it can, and exactly as DataFusion would.
 pub fn with_device_aggregation(state: SessionStateBuilder) -> SessionStateBuilder {
-    state.with_physical_optimizer_rule(Arc::new(GpqAggregatePushdown))
+    state.with_physical_optimizer_rule(Arc::new(GpqAggregatePushdown::default()))
 }
