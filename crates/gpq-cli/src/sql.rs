@@ -18,7 +18,7 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq_bench::tpch::queries::{self, TableSource};
-use gpq_datafusion::{Backend, GpqScanExec, GpqTableOptions, register_gpq};
+use gpq_datafusion::{Backend, GpqPartialAggregateExec, GpqScanExec, GpqTableOptions, register_gpq};
 
 use crate::median;
 
@@ -361,10 +361,11 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
     Ok(code)
 }
 
-/// The gpq scans of query `n`'s physical plans (none where the plan shows
-/// none, as a plan run on a Ballista cluster does); with `run`, after each
-/// plan ran once, so that their metrics are filled in. Statements that are
-/// not queries (q15's view) are executed as they come.
+/// The gpq scans of query `n`'s physical plans, a device aggregation standing
+/// for the scan it runs (none where the plan shows none, as a plan run on a
+/// Ballista cluster does); with `run`, after each plan ran once, so that
+/// their metrics are filled in. Statements that are not queries (q15's
+/// view) are executed as they come.
 async fn gpq_scans(ctx: &SessionContext, n: usize, run: bool) -> DfResult<Vec<Arc<dyn ExecutionPlan>>> {
     let mut scans = Vec::new();
     for s in queries::statements(n).map_err(gpq_datafusion::to_df_error)? {
@@ -379,7 +380,9 @@ async fn gpq_scans(ctx: &SessionContext, n: usize, run: bool) -> DfResult<Vec<Ar
         let mut stack = vec![plan];
         while let Some(p) = stack.pop() {
             stack.extend(p.children().into_iter().cloned());
-            if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
+            // A device aggregation runs its GPU scan itself (not a child); its
+            // metrics hold the scan's.
+            if p.as_ref().downcast_ref::<GpqScanExec>().is_some() || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some() {
                 scans.push(p);
             }
         }
@@ -402,7 +405,10 @@ async fn bytes_to_host(ctx: &SessionContext, n: usize) -> DfResult<u64> {
 /// a plan run on a Ballista cluster does).
 async fn scan_backends(ctx: &SessionContext, n: usize) -> DfResult<Option<(usize, usize)>> {
     let scans = gpq_scans(ctx, n, false).await?;
-    let gpu = scans.iter().filter(|p| p.as_ref().downcast_ref::<GpqScanExec>().is_some_and(GpqScanExec::uses_gpu)).count();
+    let gpu = scans
+        .iter()
+        .filter(|p| p.as_ref().downcast_ref::<GpqScanExec>().is_some_and(GpqScanExec::uses_gpu) || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some())
+        .count();
     Ok((!scans.is_empty()).then_some((gpu, scans.len() - gpu)))
 }
 
@@ -469,11 +475,13 @@ async fn run_and_print(ctx: &SessionContext, sql: &str, explain: bool) -> DfResu
     Ok(())
 }
 
-/// Prints each gpq scan of `plan` with its metrics summed over partitions.
+/// Prints each gpq scan of `plan` with its metrics summed over partitions,
+/// and each device aggregation (which runs its scan itself: the scan is
+/// not its child) with its own and its scan's.
 pub fn print_scan_metrics(plan: &Arc<dyn ExecutionPlan>) {
     let mut stack = vec![Arc::clone(plan)];
     while let Some(p) = stack.pop() {
-        if p.as_ref().downcast_ref::<GpqScanExec>().is_some() {
+        if p.as_ref().downcast_ref::<GpqScanExec>().is_some() || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some() {
             println!("  {}", displayable(p.as_ref()).one_line().to_string().trim_end());
             if let Some(m) = p.metrics() {
                 println!("    metrics: {}", m.aggregate_by_name().sorted_for_display().timestamps_removed());

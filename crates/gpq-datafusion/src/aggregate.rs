@@ -132,7 +132,8 @@ fn rewrite(node: &Arc<dyn ExecutionPlan>, max_groups: usize) -> Option<Arc<dyn E
     if !scan.uses_gpu() || scan.fetch().is_some() {
         return None;
     }
-    let plan = DeviceAggregation::plan(agg, projection.as_deref(), &scan.schema(), max_groups)?;
+    let stats = StatisticsContext::new().compute(scan, &StatisticsArgs::new()).ok()?;
+    let plan = DeviceAggregation::plan(agg, projection.as_deref(), &scan.schema(), &stats, max_groups)?;
     Some(Arc::new(GpqPartialAggregateExec { partial: Arc::clone(node), scan: below, plan: Arc::new(plan), metrics: ExecutionPlanMetricsSet::new() }))
 }
 

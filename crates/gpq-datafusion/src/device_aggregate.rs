@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow::array::{ArrayRef, Decimal128Array, Decimal256Array, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Schema, SchemaRef, i256};
-use datafusion::common::ScalarValue;
+use datafusion::common::{ScalarValue, Statistics};
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::Operator;
@@ -160,11 +160,46 @@ fn value(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<(ValueExpr, Num)>
 }
 
 /// Default of [`GpqAggregatePushdown::max_groups`](crate::GpqAggregatePushdown::max_groups):
-/// enough for TPC-H q15's suppliers at SF 10 (100,000). The table's states
-/// (up to 200 bytes a group) are copied back whole, and a batch with more
-/// groups, such as one grouped by a key of nearly every row, is cheaper on
-/// the host.
-pub const DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS: usize = 1 << 17;
+/// one device table of 4096 slots, tried once. On the H100 (BENCHMARKS.md
+/// section 12.5) TPC-H q15, q17, q18 and q20 at SF 10, which group by
+/// supplier, part, order, and part and supplier, ran slower with a limit of
+/// 2^17 groups than without the device aggregation, and q1's and q6's
+/// gains need only a few groups.
+pub const DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS: usize = GroupBy::FIRST_TABLE;
+
+/// How many distinct keys the grouping columns `keys` (of the scan whose
+/// statistics are `stats`) can make at most: the product of each column's
+/// `max - min + 1` (plus one for a column that may hold nulls), saturating.
+/// `None` where a key is not an integer or date column with both bounds
+/// known (strings: their bounds say nothing of their count).
+pub(crate) fn key_span(stats: &Statistics, keys: &[usize]) -> Option<u128> {
+    let mut span: u128 = 1;
+    for &k in keys {
+        let c = stats.column_statistics.get(k)?;
+        let (Some(lo), Some(hi)) = (c.min_value.get_value().and_then(integer_of), c.max_value.get_value().and_then(integer_of)) else {
+            return None;
+        };
+        let values = u128::try_from(hi.checked_sub(lo)?).ok()?.saturating_add(1);
+        let nulls = u128::from(c.null_count.get_value() != Some(&0));
+        span = span.saturating_mul(values.saturating_add(nulls));
+    }
+    Some(span)
+}
+
+fn integer_of(v: &ScalarValue) -> Option<i128> {
+    use ScalarValue as S;
+    Some(match v {
+        S::Int8(Some(x)) => i128::from(*x),
+        S::Int16(Some(x)) => i128::from(*x),
+        S::Int32(Some(x)) | S::Date32(Some(x)) => i128::from(*x),
+        S::Int64(Some(x)) => i128::from(*x),
+        S::UInt8(Some(x)) => i128::from(*x),
+        S::UInt16(Some(x)) => i128::from(*x),
+        S::UInt32(Some(x)) => i128::from(*x),
+        S::UInt64(Some(x)) => i128::from(*x),
+        _ => return None,
+    })
+}
 
 /// How one DataFusion aggregate's partial state is made from the device's.
 #[derive(Debug, Clone)]
@@ -193,9 +228,19 @@ pub(crate) struct DeviceAggregation {
 impl DeviceAggregation {
     /// The device plan of `agg` (a `Partial` aggregation whose input is the
     /// scan of schema `scan_schema`, through `projection` if given), or
-    /// `None` where the device cannot compute it exactly. A batch with more
+    /// `None` where the device cannot compute it exactly, or where the
+    /// scan's statistics (`scan_stats`) show that its integer and date keys
+    /// span more than `max_groups` values between them: such a grouping
+    /// almost always has more groups a batch than the device table holds,
+    /// and trying the device first only delays the host. A batch with more
     /// than `max_groups` groups goes to the host.
-    pub fn plan(agg: &AggregateExec, projection: Option<&[Arc<dyn PhysicalExpr>]>, scan_schema: &Schema, max_groups: usize) -> Option<DeviceAggregation> {
+    pub fn plan(
+        agg: &AggregateExec,
+        projection: Option<&[Arc<dyn PhysicalExpr>]>,
+        scan_schema: &Schema,
+        scan_stats: &Statistics,
+        max_groups: usize,
+    ) -> Option<DeviceAggregation> {
         let over_scan = |e: &Arc<dyn PhysicalExpr>| -> Option<Arc<dyn PhysicalExpr>> {
             let Some(proj) = projection else { return Some(Arc::clone(e)) };
             Arc::clone(e)
@@ -222,6 +267,12 @@ impl DeviceAggregation {
                 return None;
             }
             keys.push(c.index());
+        }
+        if let Some(span) = key_span(scan_stats, &keys)
+            && span > max_groups as u128
+        {
+            debug!(span, max_groups, "no device aggregation: its keys span more values than the device table holds");
+            return None;
         }
         let mut aggregates = Vec::new();
         let mut states = Vec::new();
@@ -410,3 +461,43 @@ impl AggregateSink {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use datafusion::common::ColumnStatistics;
+    use datafusion::common::stats::Precision;
+
+    use super::*;
+
+    fn column(min: ScalarValue, max: ScalarValue, nulls: Precision<usize>) -> ColumnStatistics {
+        ColumnStatistics { min_value: Precision::Inexact(min), max_value: Precision::Inexact(max), null_count: nulls, ..Default::default() }
+    }
+
+    #[test]
+    fn key_spans_multiply_and_count_nulls() {
+        let stats = Statistics {
+            num_rows: Precision::Exact(1000),
+            total_byte_size: Precision::Absent,
+            column_statistics: vec![
+                column(ScalarValue::Int64(Some(1)), ScalarValue::Int64(Some(100)), Precision::Exact(0)),
+                column(ScalarValue::Date32(Some(-3)), ScalarValue::Date32(Some(6)), Precision::Absent),
+                column(ScalarValue::Utf8(Some("A".into())), ScalarValue::Utf8(Some("R".into())), Precision::Exact(0)),
+                column(ScalarValue::Int64(Some(i64::MIN)), ScalarValue::Int64(Some(i64::MAX)), Precision::Exact(0)),
+                column(ScalarValue::UInt8(Some(9)), ScalarValue::UInt8(Some(2)), Precision::Exact(0)),
+                ColumnStatistics::new_unknown(),
+            ],
+        };
+        assert_eq!(key_span(&stats, &[0]), Some(100));
+        // Ten dates and the null group (the null count is unknown).
+        assert_eq!(key_span(&stats, &[0, 1]), Some(100 * 11));
+        assert_eq!(key_span(&stats, &[]), Some(1));
+        // Strings' bounds say nothing of their count; unknown bounds neither.
+        assert_eq!(key_span(&stats, &[0, 2]), None);
+        assert_eq!(key_span(&stats, &[5]), None);
+        assert_eq!(key_span(&stats, &[3]), Some(1u128 << 64));
+        assert_eq!(key_span(&stats, &[3, 3, 3]), Some(u128::MAX));
+        // A footer whose min exceeds its max is no bound.
+        assert_eq!(key_span(&stats, &[4]), None);
+        assert_eq!(key_span(&stats, &[9]), None);
+    }
+}

@@ -861,4 +861,22 @@ async fn device_aggregation_matches_builtin(emulated: bool) {
         }
         eprintln!("device aggregation: {} rows, {} device nodes: {q}", rows(&actual), nodes.len());
     }
+    // Order keys span 60,000 values, more than the default table (4096): the
+    // rule leaves that aggregation to DataFusion. With room for 2^17 groups
+    // it goes to the device.
+    let by_order = "select l_orderkey, sum(l_quantity), count(*) from lineitem group by l_orderkey";
+    let plan = ours.sql(by_order).await.unwrap().create_physical_plan().await.unwrap();
+    assert!(device_nodes(&plan).is_empty(), "a key span over max_groups planned on the device:\n{}", datafusion::physical_plan::displayable(plan.as_ref()).indent(true));
+    let state = datafusion::execution::SessionStateBuilder::new().with_config(SessionConfig::new().with_target_partitions(2)).with_default_features();
+    let rule = gpq_datafusion::GpqAggregatePushdown::default().with_max_groups(1 << 17);
+    let roomy = SessionContext::new_with_state(state.with_physical_optimizer_rule(Arc::new(rule)).build());
+    let gpu = GpqTableOptions::new().with_backend(Backend::Gpu).with_gpu_read_bytes(1 << 20).with_gpu_fallback(false);
+    queries::register_tables(&roomy, &dir, &TableSource::Gpq(gpu)).await.unwrap();
+    let plan = roomy.sql(by_order).await.unwrap().create_physical_plan().await.unwrap();
+    let nodes = device_nodes(&plan);
+    assert_eq!(nodes.len(), 1, "{by_order} with 2^17 groups: no device aggregation");
+    let actual = collect(Arc::clone(&plan), roomy.task_ctx()).await.unwrap();
+    assert_same_rows(by_order, &sql(&builtin, by_order).await, &actual);
+    assert_eq!(metric(&nodes[0], "device_aggregate_fallbacks"), 0, "{by_order} with 2^17 groups");
+    assert!(metric(&nodes[0], "device_aggregate_rows_in") > 0, "{by_order} with 2^17 groups aggregated nothing on the device");
 }
