@@ -17,7 +17,10 @@
 //! columns, literals, `+ - *` and casts between integer and decimal types
 //! (each translated with DataFusion's result scales, and a range check where
 //! DataFusion's arithmetic would wrap or its cast fail). Anything else keeps
-//! DataFusion's own plan.
+//! DataFusion's own plan, and so does a grouping whose integer and date keys
+//! span more values, by the scan's statistics, than the device table holds
+//! ([`GpqAggregatePushdown::max_groups`]): its batches would nearly all
+//! overflow the table and reach DataFusion later than without the device.
 //!
 //! A batch the device cannot aggregate (more groups than its table holds, a
 //! grouping string longer than its share of the key, an input that

@@ -39,10 +39,13 @@
 //! (group by integer, date or string columns; `COUNT`, `SUM`, `AVG`, `MIN`,
 //! `MAX` of integer and decimal expressions) then runs on the device for
 //! each decoded batch ([`GpqPartialAggregateExec`]), and one row per group
-//! is copied to the host instead of every row. A batch the device cannot
-//! aggregate exactly (too many groups, a grouping string too long for its
-//! key, an overflow) goes to DataFusion's own `Partial` step; the metrics
-//! count both (`device_aggregate_rows_in`, `device_aggregate_fallbacks`).
+//! is copied to the host instead of every row. It pays for few groups (TPC-H
+//! q1's four); a grouping whose integer or date keys span more values than
+//! [`GpqAggregatePushdown::max_groups`] by the scan's statistics stays
+//! DataFusion's. A batch the device cannot aggregate exactly (too many
+//! groups, a grouping string too long for its key, an overflow) goes to
+//! DataFusion's own `Partial` step; the metrics count both
+//! (`device_aggregate_rows_in`, `device_aggregate_fallbacks`).
 //!
 //! # Backends
 //!
