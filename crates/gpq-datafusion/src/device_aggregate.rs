@@ -268,10 +268,12 @@ impl DeviceAggregation {
             }
             keys.push(c.index());
         }
+        // The largest table the device grows (as `DeviceTable::aggregate` sizes it).
+        let most = max_groups.clamp(1, GroupBy::MAX_CAPACITY).next_power_of_two();
         if let Some(span) = key_span(scan_stats, &keys)
-            && span > max_groups as u128
+            && span > most as u128
         {
-            debug!(span, max_groups, "no device aggregation: its keys span more values than the device table holds");
+            debug!(span, most, "no device aggregation: its keys span more values than the device table holds");
             return None;
         }
         let mut aggregates = Vec::new();
@@ -460,7 +462,6 @@ impl AggregateSink {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
