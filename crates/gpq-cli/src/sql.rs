@@ -361,6 +361,12 @@ pub fn bench_tpch(args: TpchBenchArgs) -> gpq::Result<ExitCode> {
     Ok(code)
 }
 
+/// Whether `p` is a gpq scan or a device aggregation, which runs its GPU
+/// scan itself (the scan is not its child) and whose metrics hold the scan's.
+fn is_gpq_scan(p: &Arc<dyn ExecutionPlan>) -> bool {
+    p.as_ref().downcast_ref::<GpqScanExec>().is_some() || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some()
+}
+
 /// The gpq scans of query `n`'s physical plans, a device aggregation standing
 /// for the scan it runs (none where the plan shows none, as a plan run on a
 /// Ballista cluster does); with `run`, after each plan ran once, so that
@@ -380,9 +386,7 @@ async fn gpq_scans(ctx: &SessionContext, n: usize, run: bool) -> DfResult<Vec<Ar
         let mut stack = vec![plan];
         while let Some(p) = stack.pop() {
             stack.extend(p.children().into_iter().cloned());
-            // A device aggregation runs its GPU scan itself (not a child); its
-            // metrics hold the scan's.
-            if p.as_ref().downcast_ref::<GpqScanExec>().is_some() || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some() {
+            if is_gpq_scan(&p) {
                 scans.push(p);
             }
         }
@@ -405,10 +409,8 @@ async fn bytes_to_host(ctx: &SessionContext, n: usize) -> DfResult<u64> {
 /// a plan run on a Ballista cluster does).
 async fn scan_backends(ctx: &SessionContext, n: usize) -> DfResult<Option<(usize, usize)>> {
     let scans = gpq_scans(ctx, n, false).await?;
-    let gpu = scans
-        .iter()
-        .filter(|p| p.as_ref().downcast_ref::<GpqScanExec>().is_some_and(GpqScanExec::uses_gpu) || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some())
-        .count();
+    // The rest are device aggregations, over GPU scans.
+    let gpu = scans.iter().filter(|p| p.as_ref().downcast_ref::<GpqScanExec>().is_none_or(GpqScanExec::uses_gpu)).count();
     Ok((!scans.is_empty()).then_some((gpu, scans.len() - gpu)))
 }
 
@@ -475,13 +477,12 @@ async fn run_and_print(ctx: &SessionContext, sql: &str, explain: bool) -> DfResu
     Ok(())
 }
 
-/// Prints each gpq scan of `plan` with its metrics summed over partitions,
-/// and each device aggregation (which runs its scan itself: the scan is
-/// not its child) with its own and its scan's.
+/// Prints each gpq scan of `plan` (see [`is_gpq_scan`]) with its metrics
+/// summed over partitions.
 pub fn print_scan_metrics(plan: &Arc<dyn ExecutionPlan>) {
     let mut stack = vec![Arc::clone(plan)];
     while let Some(p) = stack.pop() {
-        if p.as_ref().downcast_ref::<GpqScanExec>().is_some() || p.as_ref().downcast_ref::<GpqPartialAggregateExec>().is_some() {
+        if is_gpq_scan(&p) {
             println!("  {}", displayable(p.as_ref()).one_line().to_string().trim_end());
             if let Some(m) = p.metrics() {
                 println!("    metrics: {}", m.aggregate_by_name().sorted_for_display().timestamps_removed());
