@@ -61,9 +61,11 @@ export -f one; export deadline start logs W
 # The slowest jobs (memcheck of whole-file tests) start first.
 sort -k1,1r "$jobs" | awk '{ print ($1 == "memcheck" ? 0 : 1) " " $0 }' | sort -s -k1,1n | cut -d' ' -f2- \
   | xargs -P "${SANITIZE_JOBS:-12}" -L 1 bash -c 'one "$0" "$1" "$2" "$3"' | tee "$OUT/sanitize.txt"
-{
+# (The tally is made from the job lines alone before it is appended to them.)
+tally=$(
   echo "jobs: $(wc -l < "$jobs"), rc=0: $(grep -c ': rc=0 ' "$OUT/sanitize.txt"), timeouts: $(grep -c 'timeout after' "$OUT/sanitize.txt"), not started: $(grep -c 'not started' "$OUT/sanitize.txt")"
   echo "errors reported: $(grep -E 'ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]' "$OUT/sanitize.txt" | wc -l)"
   grep -vE ': rc=0 ' "$OUT/sanitize.txt" | sed 's/^/not clean: /'
-} | tee -a "$OUT/sanitize.txt"
+)
+echo "$tally" | tee -a "$OUT/sanitize.txt"
 (cd "$logs" && tar -cf - . | xz -T0 > "$OUT/sanitize-logs.tar.xz")

@@ -47,20 +47,29 @@ struct ByteCursor {
   }
 };
 
-// A warp checks one SNAPPY page. Tags form one sequential chain, but the
-// work per tag need not be sequential: the warp stages the input into
-// shared memory a window at a time (wide, coalesced loads; literal payloads
-// are skipped, not staged), then takes it 32 bytes at a time. Every lane
-// decodes the tag that would start at its byte; one shuffle per tag walks
-// the chain from the segment's first tag; the tags on the chain are checked
-// all at once. A copy whose offset reaches no further back than the output
-// before the segment, in a segment that stays inside the promised size,
-// needs no exact position; only when some tag fails that does the warp
-// compute each tag's exact output position (a prefix sum) and find the
-// first failing tag in stream order, so verdicts match a sequential walk.
-#define CHECK_WARPS 4
-#define CHECK_WINDOW 2048                      // bytes of input a warp stages at once
-#define CHECK_STAGED (CHECK_WINDOW + 64)       // staged bytes: the window and the last segment's tail
+// A warp checks one SNAPPY page. Tags form one sequential chain; the warp
+// stages the input into shared memory a window at a time (wide, coalesced
+// loads; literal payloads are skipped, not staged) and checks it a span of
+// WALK_SPAN bytes at a time:
+//   - Each lane answers for WALK_CHUNK bytes of the span. It walks tags one
+//     by one from WALK_WARMUP bytes before its chunk, where the chain is not
+//     known, and counts (output, the earliest output its copies need, bad
+//     tags) from its first tag inside the chunk. Walks from a wrong start
+//     mostly fall into the true chain within the warm-up.
+//   - The chain's entry into each chunk is the previous lane's exit. A lane
+//     whose first tag is not that entry walks its chunk again from it; one
+//     lane at a time, in order, until every lane's walk is on the chain.
+//   - A prefix sum of the lanes' outputs then gives each copy the output
+//     written before it, and the span passes or fails as a whole.
+// A span that fails is checked again segment by segment (32 bytes: every
+// lane decodes the tag that would start at its byte, pointer jumping finds
+// the chain, exact output positions by a prefix sum) so that the verdict is
+// the first failing tag's in stream order, as a sequential walk would give.
+#define CHECK_WARPS 4                          // warps (pages) a block: decompress.rs launches 4 warps a block
+#define WALK_CHUNK 256                         // bytes of a span each lane answers for
+#define WALK_WARMUP 256                        // bytes a lane walks before its chunk to find the chain
+#define WALK_SPAN (32 * WALK_CHUNK)            // bytes checked at once
+#define CHECK_STAGED (WALK_SPAN + 64)          // staged bytes: the span, its start's misalignment and segments' tails
 
 // Copies page bytes [lo, lo + CHECK_STAGED) (those inside [0, in_len); zero
 // elsewhere) into `words`. `in + lo` is 4-byte aligned; lo may be up to 3
@@ -136,14 +145,110 @@ GPQ_DEVICE u32 snappy_tag_verdict(const SnappyTag& t, u32 out_before, u32 out_le
   return CHECK_OK;
 }
 
-// The sum over the warp (one instruction from sm_80 on).
-GPQ_DEVICE u32 warp_sum(u32 v) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  return __reduce_add_sync(0xffffffffu, v);
-#else
-  for (u32 d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-  return v;
-#endif
+// One segment of the exact check: the tags of the chain that start in
+// [pos, pos + 32), all lanes together. Returns the first failing tag's
+// verdict in stream order, or CHECK_OK with `pos` and `out` moved past them.
+// The staged bytes must reach pos + 40 or the input's end.
+GPQ_DEVICE u32 snappy_segment(const u32* words, i32 lo, u32& pos, u32& out, u32 in_len, u32 out_len, u32 lane) {
+  const unsigned FULL = 0xffffffffu;
+  u32 p = pos + lane;   // per lane
+  SnappyTag t = snappy_tag_at(words, p - (u32)lo, p, in_len);
+  // The chain from lane 0 by pointer jumping: `reach` holds the members
+  // from this lane up to (not including) `next`; each round doubles how
+  // many. Every tag advances at least 2 bytes, so a chain of 32 candidate
+  // bytes has at most 16 members: four rounds, fewer once lane 0's chain
+  // has left the segment (a long literal: none at all).
+  u32 next = lane + t.step, reach = 1u << lane;
+#pragma unroll
+  for (u32 r = 0; r < 4; r++) {
+    if (__shfl_sync(FULL, next, 0) >= 32) break;   // the same in every lane
+    u32 their_reach = __shfl_sync(FULL, reach, next & 31);
+    u32 their_next = __shfl_sync(FULL, next, next & 31);
+    if (next < 32) {
+      reach |= their_reach;
+      next = their_next;
+    }
+  }
+  // Candidates past the input's end are not tags.
+  u32 limit = in_len - pos < 32 ? in_len - pos : 32u;
+  u32 members = __shfl_sync(FULL, reach, 0) & (limit == 32 ? FULL : (1u << limit) - 1);
+  u32 last = 31 - __clz(members);
+  bool member = (members >> lane) & 1;
+  u32 last_advance = __shfl_sync(FULL, t.advance, last);
+  // Exact output positions: an inclusive prefix sum over the members.
+  u32 mine = member ? t.len : 0, incl = mine;
+#pragma unroll
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u32 y = __shfl_up_sync(FULL, incl, d);
+    if (lane >= d) incl += y;
+  }
+  // (Sums past a failing member may wrap; the first failure in stream order is what counts.)
+  u32 verdict = member ? snappy_tag_verdict(t, out + (incl - mine), out_len) : CHECK_OK;
+  u32 failing = __ballot_sync(FULL, verdict != CHECK_OK);
+  if (failing) return __shfl_sync(FULL, verdict, __ffs(failing) - 1);
+  out += __shfl_sync(FULL, incl, 31);
+  pos += last + last_advance;
+  return CHECK_OK;
+}
+
+// One lane's walk over the chain's tags (or what it takes for them).
+struct ChunkWalk {
+  u32 first;   // the first tag at or after the chunk's start (its exit if none)
+  u32 exit;    // the first tag at or after the chunk's end
+  u32 out;     // output of the tags from `first` on
+  u32 need;    // how much output before `first` the copies from `first` on reach back into
+  bool bad;    // one of those tags is truncated or copies from offset 0
+};
+
+// Walks tags from `from` until one starts at or after `end` (<= in_len),
+// counting those at or after `count_from`. Every tag advances at least two
+// bytes, and a truncated one ends the walk at the input's end.
+GPQ_DEVICE ChunkWalk snappy_walk(const u32* words, i32 lo, u32 from, u32 count_from, u32 end, u32 in_len) {
+  ChunkWalk w{0, 0, 0, 0, false};
+  u32 q = from;
+  // The warm-up needs only where each tag ends: fewer instructions than a
+  // whole tag's decoding (this loop is most of the check's work).
+  while (q < count_from) {
+    u32 at = q - (u32)lo;
+    u32 w0 = staged_word(words, at >> 2), w1 = staged_word(words, (at >> 2) + 1);
+    u32 b0_3 = __funnelshift_r(w0, w1, 8 * (at & 3));
+    u32 tag = b0_3 & 0xff, kind = tag & 3, t6 = tag >> 2;
+    u32 left = in_len - q;   // q < count_from <= in_len
+    u32 advance;
+    if (kind != 0) {
+      advance = (0x5320u >> (4 * kind)) & 15;   // copies: 2, 3 or 5 bytes
+    } else if (t6 < 60) {
+      advance = t6 + 2;
+    } else {
+      // A long literal: its length's bytes follow the tag (up to 3 of them
+      // are in b0_3; a 4-byte length ends the walk as if truncated).
+      u32 extra = t6 - 59;
+      u32 len_m1 = extra < 4 ? (b0_3 >> 8) & ((1u << (8 * extra)) - 1) : 0xffffffffu;
+      advance = len_m1 < left ? 2 + extra + len_m1 : 0xffffffffu;
+    }
+    if (advance > left) {
+      q = in_len;
+      break;
+    }
+    q += advance;
+  }
+  w.first = q;
+  while (q < end) {
+    SnappyTag t = snappy_tag_at(words, q - (u32)lo, q, in_len);
+    if (t.truncated) {
+      w.bad = true;
+      q = in_len;
+      break;
+    }
+    if (t.kind != 0) {
+      w.bad = w.bad || t.offset == 0;
+      if (t.offset > w.out && t.offset - w.out > w.need) w.need = t.offset - w.out;
+    }
+    w.out += t.len;
+    q += t.advance;
+  }
+  w.exit = q;
+  return w;
 }
 
 // Every lane of the warp calls this with the same page; all get the verdict.
@@ -171,55 +276,48 @@ GPQ_DEVICE u32 check_snappy(const u8* in, u32 in_len, u32 out_len, u32* words, u
     u32 staged_end = lo_u + CHECK_STAGED < in_len ? lo_u + CHECK_STAGED : in_len;
     stage_window(words, in, lo, in_len, lane);
     __syncwarp();
-    // A segment's 32 candidate tags read up to 8 bytes each: all staged, or
-    // the input ends inside the staged bytes.
-    while (pos < in_len && (pos + 40 <= staged_end || staged_end == in_len)) {
-      u32 p = pos + lane;   // per lane
-      SnappyTag t = snappy_tag_at(words, p - (u32)lo, p, in_len);
-      // The chain from lane 0 by pointer jumping: `reach` holds the members
-      // from this lane up to (not including) `next`; each round doubles how
-      // many. Every tag advances at least 2 bytes, so a chain of 32 candidate
-      // bytes has at most 16 members: four rounds, fewer once lane 0's chain
-      // has left the segment (a long literal: none at all).
-      u32 next = lane + t.step, reach = 1u << lane;
-#pragma unroll
-      for (u32 r = 0; r < 4; r++) {
-        if (__shfl_sync(FULL, next, 0) >= 32) break;   // the same in every lane
-        u32 their_reach = __shfl_sync(FULL, reach, next & 31);
-        u32 their_next = __shfl_sync(FULL, next, next & 31);
-        if (next < 32) {
-          reach |= their_reach;
-          next = their_next;
-        }
-      }
-      // Candidates past the input's end are not tags.
-      u32 limit = in_len - pos < 32 ? in_len - pos : 32u;
-      u32 members = __shfl_sync(FULL, reach, 0) & (limit == 32 ? FULL : (1u << limit) - 1);
-      u32 last = 31 - __clz(members);
-      bool member = (members >> lane) & 1;
-      u32 last_len = __shfl_sync(FULL, t.len, last);
-      u32 last_advance = __shfl_sync(FULL, t.advance, last);
-      // Tags before the last produce at most 64 bytes each.
-      u32 small = warp_sum(member && lane != last ? t.len : 0u);
-      bool doubtful = member && (t.truncated || (t.kind != 0 && (t.offset == 0 || t.offset > out)));
-      if (__ballot_sync(FULL, doubtful) == 0 && last_len <= out_len - out && small <= out_len - out - last_len) {
-        out += small + last_len;
-        pos += last + last_advance;
+    // A span's tags read up to 5 bytes past it, and its segments 40 bytes:
+    // all staged, or the input ends inside the staged bytes.
+    while (pos < in_len && (pos + WALK_SPAN + 40 <= staged_end || staged_end == in_len)) {
+      // A long literal first is passed over by one exact segment.
+      if (snappy_tag_at(words, pos - lo_u, pos, in_len).advance > WALK_CHUNK) {
+        u32 r = snappy_segment(words, lo, pos, out, in_len, out_len, lane);
+        if (r) return r;
         continue;
       }
-      // Exact output positions: an inclusive prefix sum over the members.
-      u32 mine = member ? t.len : 0, incl = mine;
+      u32 span_end = in_len - pos < WALK_SPAN ? in_len : pos + WALK_SPAN;
+      u32 start = pos + lane * WALK_CHUNK;   // per lane, as are the walks
+      bool active = start < span_end;
+      u32 end = active && span_end - start > WALK_CHUNK ? start + WALK_CHUNK : span_end;
+      ChunkWalk w{start, start, 0, 0, false};
+      if (active) w = snappy_walk(words, lo, start - pos > WALK_WARMUP ? start - WALK_WARMUP : pos, start, end, in_len);
+      // Put every active lane's walk on the chain, in stream order.
+      while (true) {
+        u32 entry = __shfl_up_sync(FULL, w.exit, 1);
+        if (lane == 0) entry = pos;
+        u32 wrong = __ballot_sync(FULL, active && w.first != entry);
+        if (!wrong) break;
+        if (lane == __ffs(wrong) - 1) w = snappy_walk(words, lo, entry, entry, end, in_len);
+      }
+      u32 mine = active ? w.out : 0u, incl = mine;
 #pragma unroll
       for (u32 d = 1; d < 32; d <<= 1) {
         u32 y = __shfl_up_sync(FULL, incl, d);
         if (lane >= d) incl += y;
       }
-      // (Sums past a failing member may wrap; the first failure in stream order is what counts.)
-      u32 verdict = member ? snappy_tag_verdict(t, out + (incl - mine), out_len) : CHECK_OK;
-      u32 failing = __ballot_sync(FULL, verdict != CHECK_OK);
-      if (failing) return __shfl_sync(FULL, verdict, __ffs(failing) - 1);
-      out += __shfl_sync(FULL, incl, 31);
-      pos += last + last_advance;
+      u32 span_out = __shfl_sync(FULL, incl, 31);
+      u32 exit = __shfl_sync(FULL, w.exit, 31 - __clz(__ballot_sync(FULL, active)));
+      bool fails = active && (w.bad || (u64)w.need > (u64)out + (incl - mine));
+      if (__ballot_sync(FULL, fails) == 0 && (u64)out + span_out <= (u64)out_len) {
+        out += span_out;
+        pos = exit;
+        continue;
+      }
+      // Something in the span fails: find the first failing tag exactly.
+      while (pos < span_end) {
+        u32 r = snappy_segment(words, lo, pos, out, in_len, out_len, lane);
+        if (r) return r;
+      }
     }
     __syncwarp();   // the window is read before the next round overwrites it
   }
@@ -426,12 +524,11 @@ GPQ_DEVICE u32 check_zstd(const u8* in, u64 in_len, u64 out_len) {
 // SNAPPY pages are walked by the whole warp; LZ4_RAW and ZSTD by its first
 // lane alone (ZSTD's check jumps from block header to block header, and
 // LZ4_RAW is rare in Parquet files).
-// (Measured on the H200 over SF10 lineitem's SNAPPY pages, 2026-12-02,
-// scripts/bench_check_kernel.py: the kernel issues an instruction in about
-// 79 % of cycles, so it is bound by its instruction count, not by memory;
-// more resident warps were slower: a SNAPPY-only kernel at 32 or 40
-// registers 14.7 and 13.5 ms against 11.6 ms; so was checking a long
-// literal at a segment's start alone, without the shuffles: 12.6 ms.)
+// (Measured on an H100 over SF10 lineitem's 68,055 SNAPPY pages, 2026-12-06,
+// scripts/bench_check_kernel.py: 6.1 ms with the walks of 256-byte chunks
+// after 256 bytes of warm-up, against 11.6 ms for the earlier check that
+// decoded a candidate tag at every byte; chunks of 128 bytes 6.4 ms, of 512
+// bytes 9.4-10.2 ms; the warm-up decoding whole tags 6.9 ms.)
 extern "C" __global__ void __launch_bounds__(32 * CHECK_WARPS) gpq_check_compressed(u64* in_ptrs, u64* in_sizes, const u64* out_sizes, u32 codec,
                                                 u32 num_pages, u64 empty, u64 empty_len, u32* reasons) {
   __shared__ u32 windows[CHECK_WARPS][CHECK_STAGED / 4];
