@@ -17,13 +17,18 @@
 //! anywhere in its memory), the exchange buffer is freed, and the batch's
 //! pages go to the CPU decoder, whose verdict stands.
 //!
-//! The exchange buffer (the batch's compressed and decompressed bytes) is
-//! held by the read until its pages are decoded (`HeldExchange`), then kept
-//! for the next batch; a batch that finds it held gets one of its own (the
-//! one given back later is freed once the worker no longer maps it). It
-//! grows in 64 MiB steps, is freed with a failed batch, and is not charged
-//! to a read's device-memory budget; the worker's own context and nvCOMP
-//! scratch live in its process.
+//! An exchange buffer (a batch's compressed and decompressed bytes) is held
+//! by the read until its pages are decoded (`HeldExchange`), then goes back
+//! to a pool of idle buffers for later batches. Batches that run while
+//! others are held (a read's overlapped groups, concurrent reads) take other
+//! buffers from the pool or new ones. The worker keeps every buffer of the
+//! pool mapped (each request names the live ones), so a buffer is allocated
+//! and mapped once, not per batch. Buffers grow in 64 MiB steps; at most
+//! `MAX_IDLE_EXCHANGES` stay idle, holding at most an eighth of the
+//! device's memory; the rest are freed once the worker no longer maps them;
+//! all are freed with a failed batch. They are not charged to a read's
+//! device-memory budget; the worker's own context and nvCOMP scratch live
+//! in its process.
 //!
 //! The worker binary is looked for at `$GPQ_NVCOMP_WORKER` (`off` disables
 //! the worker), else beside the running executable or in its parent folder
@@ -50,13 +55,19 @@ pub const WORKER_NAME: &str = "gpq-nvcomp-worker";
 const HELLO: &[u8; 4] = b"GPQW";
 const REQUEST: &[u8; 4] = b"GPQR";
 const ANSWER: &[u8; 4] = b"GPQA";
-const PROTOCOL: u32 = 3;
+const PROTOCOL: u32 = 4;
 /// Exchange buffers grow in steps of this many bytes.
 const EXCHANGE_STEP: u64 = 64 << 20;
 /// How long a new worker may take to start, at least.
 const START_DEADLINE: Duration = Duration::from_secs(20);
 /// Bytes asked for each pipe to the worker.
 const PIPE_BYTES: libc::c_int = 1 << 20;
+/// Exchange buffers kept idle for later batches (more are freed)...
+const MAX_IDLE_EXCHANGES: usize = 8;
+/// ...holding at most this fraction of the device's memory (1/8).
+const IDLE_EXCHANGE_SHARE: u64 = 8;
+/// The most exchange buffers a request may name as live (the worker maps them all).
+const MAX_LIVE_EXCHANGES: usize = 4096;
 /// Consecutive failed starts after which the worker is no longer tried.
 const MAX_FAILED_STARTS: u32 = 3;
 
@@ -140,12 +151,41 @@ struct Exchange {
 #[derive(Default)]
 struct Client {
     worker: Option<Worker>,
-    exchange: Option<Exchange>,
+    /// Exchange buffers no batch or read holds (the worker keeps them mapped).
+    idle: Vec<Exchange>,
+    /// Generations of the exchange buffers reads hold (`HeldExchange`).
+    held: Vec<u64>,
+    /// Bytes the idle buffers may hold together (set at the first batch).
+    idle_cap: u64,
     generation: u64,
     failed_starts: u32,
     /// Exchange buffers the worker may still have mapped: freed after its
-    /// next answer (it maps only the buffer of the request it serves).
+    /// next answer (it unmaps every buffer a request does not name as live
+    /// before it answers).
     retired: Vec<DeviceBuffer>,
+}
+
+impl Client {
+    /// Takes back an exchange buffer a batch or read is done with: into the
+    /// idle pool where there is room, else freed (after the worker's next
+    /// answer while it may still map it).
+    fn give_back(&mut self, exchange: Exchange) {
+        self.held.retain(|&g| g != exchange.generation);
+        let idle_bytes: u64 = self.idle.iter().map(|x| x.buffer.len()).sum();
+        if self.idle.len() < MAX_IDLE_EXCHANGES && idle_bytes + exchange.buffer.len() <= self.idle_cap {
+            self.idle.push(exchange);
+        } else if self.worker.is_some() {
+            self.retired.push(exchange.buffer);
+        }
+    }
+
+    /// Generations of every exchange buffer still in use or kept: the worker
+    /// may unmap any other.
+    fn live_generations(&self, current: u64) -> Vec<u64> {
+        let mut live: Vec<u64> = self.idle.iter().map(|x| x.generation).chain(self.held.iter().copied()).collect();
+        live.push(current);
+        live
+    }
 }
 
 fn clients() -> &'static Mutex<HashMap<usize, Client>> {
@@ -234,10 +274,20 @@ pub(crate) fn prestart(ctx: &Arc<GpuContext>) {
 }
 
 /// The worker of one device, held for one batch: an exchange buffer of at
-/// least the bytes asked for, and a running worker.
+/// least the bytes asked for, and a running worker. Dropped without
+/// [`Lease::hold`], its buffer goes back to the pool.
 pub(crate) struct Lease {
     guard: MutexGuard<'static, HashMap<usize, Client>>,
     ordinal: usize,
+    exchange: Option<Exchange>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(x) = self.exchange.take() {
+            self.client().give_back(x);
+        }
+    }
 }
 
 impl Lease {
@@ -251,6 +301,9 @@ impl Lease {
         let ordinal = ctx.ordinal();
         let mut guard = clients().lock().unwrap_or_else(|p| p.into_inner());
         let client = guard.entry(ordinal).or_default();
+        if client.idle_cap == 0 {
+            client.idle_cap = ctx.memory_info().map_or(4 << 30, |(_, total)| total / IDLE_EXCHANGE_SHARE);
+        }
         if client.failed_starts >= MAX_FAILED_STARTS {
             return Err(format!("the nvCOMP worker failed to start {MAX_FAILED_STARTS} times"));
         }
@@ -266,7 +319,16 @@ impl Lease {
                 }
             }
         }
-        if client.exchange.as_ref().is_none_or(|x| x.buffer.len() < bytes) {
+        // The smallest idle buffer that fits; else a new one, which takes the
+        // place of the largest idle one (too small, or the new one would be it).
+        let fit = client.idle.iter().enumerate().filter(|(_, x)| x.buffer.len() >= bytes).min_by_key(|(_, x)| x.buffer.len()).map(|(k, _)| k);
+        let exchange = if let Some(k) = fit {
+            client.idle.swap_remove(k)
+        } else {
+            if let Some(k) = client.idle.iter().enumerate().max_by_key(|(_, x)| x.buffer.len()).map(|(k, _)| k) {
+                let old = client.idle.swap_remove(k);
+                client.retired.push(old.buffer);
+            }
             let len = bytes.max(1).div_ceil(EXCHANGE_STEP) * EXCHANGE_STEP;
             let buffer = DeviceBuffer::alloc_plain(ctx, len, "nvCOMP worker exchange").map_err(|e| e.to_string())?;
             let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
@@ -276,11 +338,9 @@ impl Lease {
                 return Err(format!("cuIpcGetMemHandle: {r:?}"));
             }
             client.generation += 1;
-            if let Some(old) = client.exchange.replace(Exchange { buffer, handle, generation: client.generation }) {
-                client.retired.push(old.buffer);
-            }
-        }
-        Ok(Lease { guard, ordinal })
+            Exchange { buffer, handle, generation: client.generation }
+        };
+        Ok(Lease { guard, ordinal, exchange: Some(exchange) })
     }
 
     fn client(&mut self) -> &mut Client {
@@ -289,7 +349,7 @@ impl Lease {
 
     /// Device address of the exchange buffer.
     pub(crate) fn base(&mut self) -> u64 {
-        self.client().exchange.as_ref().map_or(0, |x| x.buffer.ptr())
+        self.exchange.as_ref().map_or(0, |x| x.buffer.ptr())
     }
 
     /// nvCOMP's version in the worker.
@@ -313,24 +373,30 @@ impl Lease {
     }
 
     fn exchange_batch(&mut self, codec: Codec, layout: &BatchLayout, limit: Duration) -> std::result::Result<Answer, String> {
-        let client = self.client();
-        let (handle, generation, len) = match &client.exchange {
+        let (handle, generation, len) = match &self.exchange {
             Some(x) => (x.handle, x.generation, x.buffer.len()),
             None => return Err("no exchange buffer".into()),
         };
+        let client = self.client();
+        let live = client.live_generations(generation);
+        if live.len() > MAX_LIVE_EXCHANGES {
+            return Err(format!("{} exchange buffers in use at once", live.len()));
+        }
         let worker = client.worker.as_mut().ok_or("no worker")?;
         let n = u32::try_from(layout.len()).map_err(|_| "too many pages for one batch".to_string())?;
-        let mut msg = Vec::with_capacity(96 + 13 * layout.len());
+        let mut msg = Vec::with_capacity(96 + 13 * layout.len() + 8 * live.len());
         msg.extend_from_slice(REQUEST);
         msg.extend_from_slice(&codec_code(codec).to_le_bytes());
         msg.extend_from_slice(&n.to_le_bytes());
         msg.extend_from_slice(&generation.to_le_bytes());
         msg.extend(handle.reserved.iter().map(|&b| b as u8));
         msg.extend_from_slice(&len.to_le_bytes());
+        msg.extend_from_slice(&(live.len() as u32).to_le_bytes());
         msg.extend_from_slice(as_bytes(&layout.input_lens));
         msg.extend_from_slice(as_bytes(&layout.output_lens));
         msg.extend_from_slice(&layout.skews);
         msg.extend_from_slice(as_bytes(&layout.prefixes));
+        msg.extend_from_slice(as_bytes(&live));
         worker.to.write_all(&msg).and_then(|_| worker.to.flush()).map_err(|e| format!("writing to the nvCOMP worker: {e}"))?;
         let until = Instant::now() + limit;
         let mut head = [0u8; 12];
@@ -384,16 +450,18 @@ impl Lease {
         Ok(Answer { worker_time, nvcomp_time, phases })
     }
 
-    /// Kills the worker and frees the exchange buffer (for a batch whose
-    /// answer the caller finds wrong).
+    /// Kills the worker and frees the batch's exchange buffer and the idle
+    /// ones (for a batch whose answer the caller finds wrong). Buffers reads
+    /// hold are freed when they let go.
     pub(crate) fn abandon(&mut self) {
         let client = self.client();
         if let Some(mut w) = client.worker.take() {
             let _ = w.child.kill();
             let _ = w.child.wait();
         }
-        client.exchange = None;
+        client.idle.clear();
         client.retired.clear();
+        self.exchange = None;
     }
 
     /// Ends the lease keeping the exchange buffer, with the outputs of the
@@ -402,7 +470,11 @@ impl Lease {
     /// and the buffer returns when the [`HeldExchange`] is dropped.
     pub(crate) fn hold(mut self, stream: &Arc<GpuStream>) -> HeldExchange {
         let ordinal = self.ordinal;
-        let exchange = self.client().exchange.take();
+        let exchange = self.exchange.take();
+        if let Some(x) = &exchange {
+            let generation = x.generation;
+            self.client().held.push(generation);
+        }
         HeldExchange { ordinal, exchange, stream: stream.clone() }
     }
 }
@@ -410,9 +482,7 @@ impl Lease {
 /// An exchange buffer taken out of the worker's rotation while a read's
 /// decoders use the pages the worker decompressed into it (so they need not
 /// be copied out). Dropping it waits for the reading stream (its kernels
-/// may still read the pages), then gives the buffer back for the next batch,
-/// or, where another one has taken its place meanwhile, frees it once the
-/// worker no longer maps it.
+/// may still read the pages), then gives the buffer back to the pool.
 pub(crate) struct HeldExchange {
     ordinal: usize,
     exchange: Option<Exchange>,
@@ -422,15 +492,14 @@ pub(crate) struct HeldExchange {
 impl Drop for HeldExchange {
     fn drop(&mut self) {
         let Some(exchange) = self.exchange.take() else { return };
-        if self.stream.synchronize().is_err() {
-            return; // a lost context: the buffer goes with it
-        }
+        let synchronized = self.stream.synchronize().is_ok();
         let mut guard = clients().lock().unwrap_or_else(|p| p.into_inner());
         let client = guard.entry(self.ordinal).or_default();
-        if client.exchange.is_none() {
-            client.exchange = Some(exchange);
-        } else if client.worker.is_some() {
-            client.retired.push(exchange.buffer);
+        if synchronized {
+            client.give_back(exchange);
+        } else {
+            // A lost context: the buffer goes with it.
+            client.held.retain(|&g| g != exchange.generation);
         }
     }
 }
@@ -683,9 +752,10 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
         return Err(e);
     }
     say(out, HELLO, PROTOCOL, Some(0), &lib.version).and_then(|_| out.flush()).map_err(io)?;
-    let mut mapped: Option<Mapped> = None;
+    // Every exchange buffer the parent still uses, mapped once.
+    let mut mapped: Vec<Mapped> = Vec::new();
     loop {
-        let mut head = [0u8; 4 + 4 + 4 + 8 + 64 + 8];
+        let mut head = [0u8; 4 + 4 + 4 + 8 + 64 + 8 + 4];
         match input.read_exact(&mut head) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
@@ -702,32 +772,40 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
             *d = *s as _;
         }
         let len = u64::from_le_bytes(head[84..92].try_into().unwrap());
-        if n > 1 << 24 {
+        let live_count = u32::from_le_bytes(head[92..96].try_into().unwrap()) as usize;
+        if n > 1 << 24 || live_count > MAX_LIVE_EXCHANGES {
             return Err("batch too large".into());
         }
-        let mut body = vec![0u8; 13 * n];
+        let mut body = vec![0u8; 13 * n + 8 * live_count];
         input.read_exact(&mut body).map_err(io)?;
+        let live: Vec<u64> = from_bytes(&body[13 * n..]);
         let layout = BatchLayout {
             input_lens: from_bytes(&body[..4 * n]),
             output_lens: from_bytes(&body[4 * n..8 * n]),
             skews: body[8 * n..9 * n].to_vec(),
-            prefixes: from_bytes(&body[9 * n..]),
+            prefixes: from_bytes(&body[9 * n..13 * n]),
         };
         let started = Instant::now();
         let result = (|| -> std::result::Result<(Vec<u8>, BatchPhases), String> {
             let codec = codec_of(codec).ok_or("unknown codec")?;
-            if mapped.as_ref().is_none_or(|m| m.generation != generation) {
-                mapped = None;
-                ctx.bind().map_err(|e| e.to_string())?;
-                let mut base = 0;
-                // SAFETY: valid out pointer; the handle names the parent's live allocation.
-                let r = unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, 1) };
-                if r != sys::CUresult::CUDA_SUCCESS {
-                    return Err(format!("cuIpcOpenMemHandle: {r:?}"));
+            ctx.bind().map_err(|e| e.to_string())?;
+            // Buffers the parent no longer names are unmapped before the
+            // answer: it frees them after it.
+            mapped.retain(|m| m.generation == generation || live.contains(&m.generation));
+            let k = match mapped.iter().position(|m| m.generation == generation) {
+                Some(k) => k,
+                None => {
+                    let mut base = 0;
+                    // SAFETY: valid out pointer; the handle names the parent's live allocation.
+                    let r = unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, 1) };
+                    if r != sys::CUresult::CUDA_SUCCESS {
+                        return Err(format!("cuIpcOpenMemHandle: {r:?}"));
+                    }
+                    mapped.push(Mapped { generation, base, len });
+                    mapped.len() - 1
                 }
-                mapped = Some(Mapped { generation, base, len });
-            }
-            let m = mapped.as_ref().expect("mapped above");
+            };
+            let m = &mapped[k];
             let (slots, end) = layout.slots();
             if end > m.len {
                 return Err("the batch does not fit the exchange buffer".into());
@@ -743,7 +821,7 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
             host.extend(slots.iter().map(|s| s.output_len));
             host.extend(slots.iter().map(|s| m.base + s.output));
             // SAFETY: every slot lies inside the mapped exchange buffer
-            // (checked above), mapped until `mapped` changes.
+            // (checked above), mapped until a later request leaves it out.
             unsafe { run_batch(lib, &stream, codec, &host, n) }
         })();
         match result {
