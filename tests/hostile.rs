@@ -22,6 +22,7 @@ fn main() -> ExitCode {
     let device = probe_device();
     let mut trials = vec![
         gpu_trial(&device, "snappy_check_agrees_with_the_cpu_decoder", snappy_check_agrees_with_the_cpu_decoder),
+        gpu_trial(&device, "snappy_check_reasons_match_a_sequential_walk", snappy_check_reasons_match_a_sequential_walk),
         gpu_trial(&device, "lz4_check_accepts_only_what_decodes", lz4_check_accepts_only_what_decodes),
         gpu_trial(&device, "zstd_check_accepts_every_valid_frame", zstd_check_accepts_every_valid_frame),
         gpu_trial(&device, "regression_pages_and_the_device_check", regression_pages_and_the_device_check),
@@ -110,6 +111,133 @@ fn snappy_check_agrees_with_the_cpu_decoder(ctx: &Arc<GpuContext>) {
     }
     eprintln!("snappy: {} cases, {rejected} rejected by the check and by snap", cases.len());
     assert!(rejected > 100, "the mutations should break many streams");
+}
+
+/// The device check's verdict on a SNAPPY stream, walked one tag at a time
+/// on the host: the first failing tag in stream order decides (the codes of
+/// `CheckReason` in check_compressed.cu).
+fn snappy_reference_verdict(b: &[u8], out_len: u64) -> u32 {
+    const TRUNCATED: u32 = 1;
+    const OUTPUT_OVERRUN: u32 = 2;
+    const BAD_OFFSET: u32 = 3;
+    const SIZE_MISMATCH: u32 = 4;
+    const UNSUPPORTED: u32 = 6;
+    if b.len() as u64 >= 1 << 31 || out_len >= 1 << 31 {
+        return UNSUPPORTED;
+    }
+    let (mut declared, mut pos, mut done) = (0u64, 0usize, false);
+    for shift in (0..35).step_by(7) {
+        let Some(&byte) = b.get(pos) else { break };
+        pos += 1;
+        declared |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            done = true;
+            break;
+        }
+    }
+    if !done {
+        return TRUNCATED;
+    }
+    if declared != out_len {
+        return SIZE_MISMATCH;
+    }
+    let le = |at: usize, n: usize| (0..n).fold(0u64, |v, i| v | u64::from(b[at + i]) << (8 * i));
+    let mut out = 0u64;
+    while pos < b.len() {
+        let tag = b[pos];
+        let (kind, t6) = (tag & 3, u64::from(tag >> 2));
+        let extra = match kind {
+            0 if t6 >= 60 => (t6 - 59) as usize,
+            0 => 0,
+            3 => 4,
+            k => k as usize,
+        };
+        let left = b.len() - pos;
+        if 1 + extra > left {
+            return TRUNCATED;
+        }
+        let (len, advance) = if kind == 0 {
+            let len = if t6 >= 60 { le(pos + 1, extra) } else { t6 } + 1;
+            if len > (left - 1 - extra) as u64 {
+                return TRUNCATED;
+            }
+            (len, 1 + extra + len as usize)
+        } else {
+            let offset = if kind == 1 { (u64::from(tag >> 5) << 8) | le(pos + 1, 1) } else { le(pos + 1, extra) };
+            if offset == 0 || offset > out {
+                return BAD_OFFSET;
+            }
+            (if kind == 1 { (t6 & 7) + 4 } else { t6 + 1 }, 1 + extra)
+        };
+        if len > out_len - out {
+            return OUTPUT_OVERRUN;
+        }
+        out += len;
+        pos += advance;
+    }
+    if out == out_len { 0 } else { SIZE_MISMATCH }
+}
+
+/// The check's reasons equal a sequential walk's, on streams of every shape
+/// (long literals, long runs of copies, pages of many spans) and mutated
+/// copies of them: the chunk walks and their warm-ups find the same first
+/// failing tag as the walk does.
+fn snappy_check_reasons_match_a_sequential_walk(ctx: &Arc<GpuContext>) {
+    let mut r = Rng::new(11);
+    let mut inputs = inputs();
+    for n in 0..24u64 {
+        let target = 1 + r.below(if n % 4 == 0 { 300_000 } else { 40_000 }) as usize;
+        let mut v = Vec::with_capacity(target);
+        while v.len() < target {
+            match r.below(4) {
+                0 => v.extend((0..r.below(5000)).map(|_| r.next() as u8)),
+                1 => v.extend(std::iter::repeat_n(r.next() as u8, r.below(3000) as usize)),
+                2 => (0..r.below(2000)).for_each(|i| v.extend(format!("row {} val {} ", i % 97, r.below(30)).bytes())),
+                _ => (0..r.below(1000) as i64).for_each(|i| v.extend((i * 7 + 1_000_000).to_le_bytes())),
+            }
+        }
+        v.truncate(target);
+        inputs.push(v);
+    }
+    let mut cases: Vec<(Vec<u8>, u64)> = Vec::new();
+    for input in &inputs {
+        let c = snap::raw::Encoder::new().compress_vec(input).unwrap();
+        let len = input.len() as u64;
+        cases.push((c.clone(), len));
+        for _ in 0..80 {
+            let mut m = c.clone();
+            match r.below(5) {
+                0 | 1 if !m.is_empty() => {
+                    for _ in 0..1 + r.below(3) {
+                        let at = r.below(m.len() as u64) as usize;
+                        m[at] ^= 1 << r.below(8);
+                    }
+                }
+                2 if !m.is_empty() => {
+                    let at = r.below(m.len() as u64) as usize;
+                    m[at] = r.next() as u8;
+                }
+                3 => m.truncate(r.below(m.len() as u64 + 1) as usize),
+                _ => m.insert(r.below(m.len() as u64 + 1) as usize, r.next() as u8),
+            }
+            let promised = match r.below(8) {
+                0 => len + 1,
+                1 => len.saturating_sub(1),
+                _ => len,
+            };
+            cases.push((m, promised));
+        }
+    }
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n)| (b.as_slice(), *n)).collect();
+    let verdicts = gpq::decode::check_compressed_pages(&stream(ctx), Compression::SNAPPY, &pages).unwrap();
+    let mut by_reason = [0usize; 7];
+    for (k, ((bytes, promised), v)) in cases.iter().zip(&verdicts).enumerate() {
+        let want = snappy_reference_verdict(bytes, *promised);
+        assert_eq!(*v, want, "case {k} ({} bytes, promised {promised})", bytes.len());
+        by_reason[want.min(6) as usize] += 1;
+    }
+    eprintln!("snappy reasons: {} cases, by reason (ok, truncated, overrun, offset, size, header, unsupported): {by_reason:?}", cases.len());
+    assert!(by_reason[0] > 30 && by_reason[1] > 30 && by_reason[2] > 30 && by_reason[3] > 30 && by_reason[4] > 30, "every reason is exercised");
 }
 
 /// LZ4 blocks: valid ones pass; whatever the check accepts, `lz4_flex` decodes to the promised size.
