@@ -225,7 +225,9 @@ stage_kernel_paths() {
 
 stage_page_checks() {
   # What the device's check of compressed pages costs on SF10 lineitem
-  # (SNAPPY and ZSTD): reads with and without it, alternating, same process state.
+  # (SNAPPY and ZSTD): reads with and without it, alternating, same process
+  # state; PAGE_CHECK_ROUNDS rounds (3), and the group counts of
+  # PAGE_CHECK_GROUPS beside the default grouping.
   mkdir -p "$data/sf10" "$data/sf10-zstd"
   [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
   [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
@@ -233,9 +235,13 @@ stage_page_checks() {
     cat "$f" > /dev/null
     gpq read "$f" --repeat 2 > /dev/null 2>&1   # warm-up: kernels, pools
     for round in $(seq 1 "${PAGE_CHECK_ROUNDS:-3}"); do
-      for skip in 0 1; do
-        line=$(GPQ_SKIP_PAGE_CHECKS=$skip timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
-        note "page-checks $(basename "$(dirname "$f")") round $round checks=$([ $skip = 0 ] && echo on || echo off): $line"
+      # The default grouping, then each count in PAGE_CHECK_GROUPS (e.g. "1").
+      for g in default ${PAGE_CHECK_GROUPS:-}; do
+        groups=(); [ "$g" = default ] || groups=(--groups "$g")
+        for skip in 0 1; do
+          line=$(GPQ_SKIP_PAGE_CHECKS=$skip timeout 60 gpq read "$f" --repeat 5 "${groups[@]}" 2>&1 | grep -E 'stages \(ms\)')
+          note "page-checks $(basename "$(dirname "$f")") round $round groups=$g checks=$([ $skip = 0 ] && echo on || echo off): $line"
+        done
       done
     done
   done
