@@ -171,8 +171,7 @@ impl Client {
     /// answer while it may still map it).
     fn give_back(&mut self, exchange: Exchange) {
         self.held.retain(|&g| g != exchange.generation);
-        let idle_bytes: u64 = self.idle.iter().map(|x| x.buffer.len()).sum();
-        if self.idle.len() < MAX_IDLE_EXCHANGES && idle_bytes + exchange.buffer.len() <= self.idle_cap {
+        if idle_has_room(self.idle.iter().map(|x| x.buffer.len()), exchange.buffer.len(), self.idle_cap) {
             self.idle.push(exchange);
         } else if self.worker.is_some() {
             self.retired.push(exchange.buffer);
@@ -273,6 +272,20 @@ pub(crate) fn prestart(ctx: &Arc<GpuContext>) {
     }
 }
 
+/// Whether an idle pool of buffers of `idle` bytes each may keep one more of
+/// `len` bytes, within `MAX_IDLE_EXCHANGES` and `cap` bytes.
+fn idle_has_room(idle: impl ExactSizeIterator<Item = u64>, len: u64, cap: u64) -> bool {
+    idle.len() < MAX_IDLE_EXCHANGES && idle.fold(len, u64::saturating_add) <= cap
+}
+
+/// Which idle buffer (by index, from their sizes) a batch of `bytes` takes:
+/// the smallest that fits (`Ok`); else none, and the largest idle one, if
+/// any, makes way for a new buffer (`Err`): it is too small too.
+fn pick_idle(idle: &[u64], bytes: u64) -> std::result::Result<usize, Option<usize>> {
+    let fit = idle.iter().enumerate().filter(|(_, len)| **len >= bytes).min_by_key(|(_, len)| **len).map(|(k, _)| k);
+    fit.ok_or_else(|| idle.iter().enumerate().max_by_key(|(_, len)| **len).map(|(k, _)| k))
+}
+
 /// The worker of one device, held for one batch: an exchange buffer of at
 /// least the bytes asked for, and a running worker. Dropped without
 /// [`Lease::hold`], its buffer goes back to the pool.
@@ -319,26 +332,25 @@ impl Lease {
                 }
             }
         }
-        // The smallest idle buffer that fits; else a new one, which takes the
-        // place of the largest idle one (too small, or the new one would be it).
-        let fit = client.idle.iter().enumerate().filter(|(_, x)| x.buffer.len() >= bytes).min_by_key(|(_, x)| x.buffer.len()).map(|(k, _)| k);
-        let exchange = if let Some(k) = fit {
-            client.idle.swap_remove(k)
-        } else {
-            if let Some(k) = client.idle.iter().enumerate().max_by_key(|(_, x)| x.buffer.len()).map(|(k, _)| k) {
-                let old = client.idle.swap_remove(k);
-                client.retired.push(old.buffer);
+        let sizes: Vec<u64> = client.idle.iter().map(|x| x.buffer.len()).collect();
+        let exchange = match pick_idle(&sizes, bytes) {
+            Ok(k) => client.idle.swap_remove(k),
+            Err(make_way) => {
+                if let Some(k) = make_way {
+                    let old = client.idle.swap_remove(k);
+                    client.retired.push(old.buffer);
+                }
+                let len = bytes.max(1).div_ceil(EXCHANGE_STEP) * EXCHANGE_STEP;
+                let buffer = DeviceBuffer::alloc_plain(ctx, len, "nvCOMP worker exchange").map_err(|e| e.to_string())?;
+                let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
+                // SAFETY: `buffer` is a live cuMemAlloc allocation of this context; valid out pointer.
+                let r = unsafe { sys::cuIpcGetMemHandle(&mut handle, buffer.ptr()) };
+                if r != sys::CUresult::CUDA_SUCCESS {
+                    return Err(format!("cuIpcGetMemHandle: {r:?}"));
+                }
+                client.generation += 1;
+                Exchange { buffer, handle, generation: client.generation }
             }
-            let len = bytes.max(1).div_ceil(EXCHANGE_STEP) * EXCHANGE_STEP;
-            let buffer = DeviceBuffer::alloc_plain(ctx, len, "nvCOMP worker exchange").map_err(|e| e.to_string())?;
-            let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
-            // SAFETY: `buffer` is a live cuMemAlloc allocation of this context; valid out pointer.
-            let r = unsafe { sys::cuIpcGetMemHandle(&mut handle, buffer.ptr()) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(format!("cuIpcGetMemHandle: {r:?}"));
-            }
-            client.generation += 1;
-            Exchange { buffer, handle, generation: client.generation }
         };
         Ok(Lease { guard, ordinal, exchange: Some(exchange) })
     }
@@ -888,6 +900,28 @@ mod tests {
         ranges.sort();
         assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "slots overlap: {ranges:?}");
         assert!(ranges.iter().all(|r| r.1 <= end) && end % SLOT_ALIGN == 0);
+    }
+
+    #[test]
+    fn a_batch_takes_the_smallest_idle_buffer_that_fits() {
+        assert_eq!(pick_idle(&[256, 64, 128, 64], 100), Ok(2));
+        assert_eq!(pick_idle(&[256, 64, 128], 64), Ok(1));
+        assert_eq!(pick_idle(&[256, 64, 128], 256), Ok(0));
+        // None fits: the largest makes way for a new buffer.
+        assert_eq!(pick_idle(&[256, 64, 128], 257), Err(Some(0)));
+        assert_eq!(pick_idle(&[], 1), Err(None));
+    }
+
+    #[test]
+    fn the_idle_pool_is_bounded_by_count_and_bytes() {
+        let gib = 1u64 << 30;
+        assert!(idle_has_room([].into_iter(), gib, gib));
+        assert!(!idle_has_room([].into_iter(), gib + 1, gib));
+        assert!(idle_has_room([gib; 3].into_iter(), gib, 4 * gib));
+        assert!(!idle_has_room([gib; 4].into_iter(), 1, 4 * gib));
+        assert!(!idle_has_room([1; MAX_IDLE_EXCHANGES].into_iter(), 1, u64::MAX));
+        assert!(idle_has_room([1; MAX_IDLE_EXCHANGES - 1].into_iter(), 1, u64::MAX));
+        assert!(!idle_has_room([u64::MAX - 1].into_iter(), 2, u64::MAX - 1), "sizes near the limit do not wrap");
     }
 
     #[test]
