@@ -205,26 +205,12 @@ fn snappy_check_reasons_match_a_sequential_walk(ctx: &Arc<GpuContext>) {
         let len = input.len() as u64;
         cases.push((c.clone(), len));
         for _ in 0..80 {
-            let mut m = c.clone();
-            match r.below(5) {
-                0 | 1 if !m.is_empty() => {
-                    for _ in 0..1 + r.below(3) {
-                        let at = r.below(m.len() as u64) as usize;
-                        m[at] ^= 1 << r.below(8);
-                    }
-                }
-                2 if !m.is_empty() => {
-                    let at = r.below(m.len() as u64) as usize;
-                    m[at] = r.next() as u8;
-                }
-                3 => m.truncate(r.below(m.len() as u64 + 1) as usize),
-                _ => m.insert(r.below(m.len() as u64 + 1) as usize, r.next() as u8),
+            let (mut m, promised) = mutate(&mut r, &c, len);
+            // Also a byte inserted: every later tag shifts, which the chunk
+            // walks must find again.
+            if r.below(4) == 0 {
+                m.insert(r.below(m.len() as u64 + 1) as usize, r.next() as u8);
             }
-            let promised = match r.below(8) {
-                0 => len + 1,
-                1 => len.saturating_sub(1),
-                _ => len,
-            };
             cases.push((m, promised));
         }
     }
