@@ -4,7 +4,7 @@
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench tpch-sf30 tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz agg-quick agg-groups q6-knobs
-#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files
+#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files sorted-selection
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
@@ -688,6 +688,40 @@ stage_many_files() {
   done
   out=$(timeout 300 gpq read "$d/lineitem" --decode-ahead 8 --verify 2>&1)
   note "many-files verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
+}
+
+# Issue 12's selection target: SF10 lineitem rewritten sorted by l_shipdate
+# (DataFusion's writer: SNAPPY, page index, pages of at most 20,000 rows),
+# then a query over every column whose filter keeps about 1 % of the rows
+# (25 days of l_shipdate), on the GPU backend with page-index pruning and
+# without it (row-group statistics only): the scan's bytes_read against the
+# file's column bytes, and the query's time (SEL_RUNS runs in one process).
+stage_sorted_selection() {
+  mkdir -p "$data/sf10" "$data/sf10-sorted"
+  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  s=$data/sf10-sorted/lineitem.parquet
+  if [ ! -e "$s" ]; then
+    mkdir -p "$data/sf10-only" && ln -sf "$data/sf10/lineitem.parquet" "$data/sf10-only/lineitem.parquet"
+    /usr/bin/time -f '%e' -o "$OUT/sort-wall" timeout 500 gpq sql --backend cpu --data "$data/sf10-only" \
+      "COPY (SELECT * FROM lineitem ORDER BY l_shipdate) TO '$s.tmp.parquet' STORED AS PARQUET OPTIONS ('format.compression' 'snappy')" > "$OUT/sort.log" 2>&1 \
+      && mv "$s.tmp.parquet" "$s"
+    note "sorted-selection: sorted copy written in $(cat "$OUT/sort-wall") s ($(tail -3 "$OUT/sort.log" | head -1))"
+  fi
+  [ -e "$s" ] || { note "sorted-selection: no sorted file"; return; }
+  cat "$s" > /dev/null
+  gpq inspect "$s" > "$OUT/sorted-inspect.txt" 2>&1
+  note "sorted-selection file: $(grep -E '^(rows|row groups):|requested:' "$OUT/sorted-inspect.txt" | tr -s ' ' | tr '\n' ';')"
+  cols="max(l_orderkey), max(l_partkey), max(l_suppkey), max(l_linenumber), sum(l_quantity), sum(l_extendedprice), max(l_discount), max(l_tax), max(l_returnflag), max(l_linestatus), max(l_commitdate), max(l_receiptdate), max(l_shipinstruct), max(l_shipmode), max(l_comment)"
+  q="SELECT count(*) AS selected, $cols FROM lineitem WHERE l_shipdate >= DATE '1995-06-01' AND l_shipdate < DATE '1995-06-26'"
+  qs=$q; for _ in $(seq 2 "${SEL_RUNS:-5}"); do qs="$qs; $q"; done
+  for backend in gpu cpu; do
+    for pi in page-index no-page-index; do
+      flag=(); [ $pi = no-page-index ] && flag=(--no-page-index)
+      out=$(timeout 300 gpq sql --backend $backend "${flag[@]}" --data "$data/sf10-sorted" "$qs" 2>&1)
+      echo "$out" > "$OUT/sorted-selection-$backend-$pi.log"
+      note "sorted-selection $backend $pi: selected $(echo "$out" | grep -oE '^\| [0-9]+ ' | head -1 | tr -d '| ') rows; times $(echo "$out" | grep -oE 'rows in [0-9.]+ s' | sed 's/rows in //' | tr '\n' ' '); $(echo "$out" | grep -oE 'row_groups=[0-9]+/[0-9]+ \([^)]*\)|bytes_read=[^,]*|page_index_rows_pruned=[0-9]+|device_reads=[^,]*' | sort -u | tr '\n' ' ')"
+    done
+  done
 }
 
 # Every kernel of one whole read of SF10 lineitem (one group), timed by
