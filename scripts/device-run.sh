@@ -4,7 +4,7 @@
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench tpch-sf30 tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz agg-quick agg-groups q6-knobs
-#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files sorted-selection
+#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files sorted-selection debug-read
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
@@ -227,11 +227,15 @@ stage_page_checks() {
   # What the device's check of compressed pages costs on SF10 lineitem
   # (SNAPPY and ZSTD): reads with and without it, alternating, same process
   # state; PAGE_CHECK_ROUNDS rounds (3), and the group counts of
-  # PAGE_CHECK_GROUPS beside the default grouping.
+  # PAGE_CHECK_GROUPS beside the default grouping; each setting of
+  # PAGE_CHECK_ENVS (e.g. "GPQ_WORKER_GROUP_TURNS=0") adds a checked read
+  # of the default grouping with that variable set; PAGE_CHECK_DATA: the
+  # data sets (sf10 sf10-zstd).
   mkdir -p "$data/sf10" "$data/sf10-zstd"
   [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
   [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
-  for f in "$data/sf10/lineitem.parquet" "$data/sf10-zstd/lineitem.parquet"; do
+  for d in ${PAGE_CHECK_DATA:-sf10 sf10-zstd}; do
+    f=$data/$d/lineitem.parquet
     cat "$f" > /dev/null
     gpq read "$f" --repeat 2 > /dev/null 2>&1   # warm-up: kernels, pools
     for round in $(seq 1 "${PAGE_CHECK_ROUNDS:-3}"); do
@@ -242,6 +246,10 @@ stage_page_checks() {
           line=$(GPQ_SKIP_PAGE_CHECKS=$skip timeout 60 gpq read "$f" --repeat 5 "${groups[@]}" 2>&1 | grep -E 'stages \(ms\)')
           note "page-checks $(basename "$(dirname "$f")") round $round groups=$g checks=$([ $skip = 0 ] && echo on || echo off): $line"
         done
+      done
+      for setting in ${PAGE_CHECK_ENVS:-}; do
+        line=$(env "$setting" timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
+        note "page-checks $(basename "$(dirname "$f")") round $round groups=default checks=on $setting: $line"
       done
     done
   done
@@ -688,6 +696,19 @@ stage_many_files() {
   done
   out=$(timeout 300 gpq read "$d/lineitem" --decode-ahead 8 --verify 2>&1)
   note "many-files verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"
+}
+
+# One `gpq read` with debug logging: DEBUG_READ_ARGS (evaluated, so it may
+# name "$data/..."), the log in $OUT/debug-read-N.log for N = 1.. per
+# argument list separated by '|'.
+stage_debug_read() {
+  IFS='|' read -ra lists <<< "${DEBUG_READ_ARGS:-$data/sf10/lineitem.parquet --repeat 2}"
+  k=0
+  for args in "${lists[@]}"; do
+    k=$((k + 1))
+    eval "RUST_LOG=\${DEBUG_LOG:-gpq=debug} timeout 120 gpq read $args" > "$OUT/debug-read-$k.log" 2>&1
+    note "debug-read $k ($args): rc=$? $(grep -E 'stages \(ms\)' "$OUT/debug-read-$k.log" | tail -1)"
+  done
 }
 
 # Issue 12's selection target: SF10 lineitem rewritten sorted by l_shipdate

@@ -470,6 +470,41 @@ fn zstd_hang_costs_only_the_worker(ctx: &Arc<GpuContext>) {
         assert!(took < Duration::from_secs(1), "took {took:?}");
         read("after the hang");
     }
+    // The worker runs batches side by side: reads on four threads at once
+    // all go through it, right.
+    std::thread::scope(|s| {
+        for k in 0..4 {
+            let read = &read;
+            s.spawn(move || {
+                for round in 0..3 {
+                    read(&format!("thread {k}, round {round}, side by side"));
+                }
+            });
+        }
+    });
+    // A hang beside good batches: the hanging read is an error, and the good
+    // reads are right whoever decompressed them (a batch that ran beside the
+    // hung one is redone on the CPU).
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..3)
+            .map(|k| {
+                let (good, expected, nvcomp) = (&good, &expected, &nvcomp);
+                s.spawn(move || {
+                    for round in 0..4 {
+                        let what = format!("thread {k}, round {round}, beside a hang");
+                        let t = read_parquet_to_device(good, nvcomp).unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert_batches_equal(&what, expected, &t.to_record_batch().unwrap());
+                    }
+                })
+            })
+            .collect();
+        let e = read_parquet_to_device(testdata().join("regressions").join("zstd-hang.parquet"), &nvcomp).unwrap_err();
+        assert!(e.is_bad_input() && !e.is_context_lost(), "{e}");
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+    read("after the hang beside other reads");
 }
 
 /// A GZIP page stored (deflate level 0) with one byte of its payload

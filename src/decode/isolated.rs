@@ -17,18 +17,27 @@
 //! anywhere in its memory), the exchange buffer is freed, and the batch's
 //! pages go to the CPU decoder, whose verdict stands.
 //!
+//! The worker runs the batches it is sent side by side, each on a thread
+//! and stream of its own, as nvCOMP in this process would for a read's
+//! overlapped groups (one batch waits out its largest page's latency, so
+//! batches one after another would add those latencies up). Requests and
+//! answers carry an id; one thread here reads the answers and hands each to
+//! the batch that waits for it. A failed batch stops the worker, and with it
+//! every batch that ran beside it: a batch's answer stands only once every
+//! batch that was still running when it came has ended well too, since a
+//! corrupt page may write into any buffer the worker maps. To keep that set
+//! small, the worker maps a batch's exchange buffer only while the batch
+//! runs (`cuIpcOpenMemHandle` before, `cuIpcCloseMemHandle` before it
+//! answers).
+//!
 //! An exchange buffer (a batch's compressed and decompressed bytes) is held
 //! by the read until its pages are decoded (`HeldExchange`), then goes back
-//! to a pool of idle buffers for later batches. Batches that run while
-//! others are held (a read's overlapped groups, concurrent reads) take other
-//! buffers from the pool or new ones. The worker keeps every buffer of the
-//! pool mapped (each request names the live ones), so a buffer is allocated
-//! and mapped once, not per batch. Buffers grow in 64 MiB steps; at most
-//! `MAX_IDLE_EXCHANGES` stay idle, holding at most an eighth of the
-//! device's memory; the rest are freed once the worker no longer maps them;
-//! all are freed with a failed batch. They are not charged to a read's
-//! device-memory budget; the worker's own context and nvCOMP scratch live
-//! in its process.
+//! to a pool of idle buffers for later batches, so that a buffer is
+//! allocated and exported once, not per batch. Buffers grow in 64 MiB steps;
+//! at most `MAX_IDLE_EXCHANGES` stay idle, holding at most an eighth of the
+//! device's memory; the rest are freed; all are freed with a failed batch.
+//! They are not charged to a read's device-memory budget; the worker's own
+//! context and nvCOMP scratch live in its process.
 //!
 //! The worker binary is looked for at `$GPQ_NVCOMP_WORKER` (`off` disables
 //! the worker), else beside the running executable or in its parent folder
@@ -40,7 +49,8 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
@@ -55,7 +65,7 @@ pub const WORKER_NAME: &str = "gpq-nvcomp-worker";
 const HELLO: &[u8; 4] = b"GPQW";
 const REQUEST: &[u8; 4] = b"GPQR";
 const ANSWER: &[u8; 4] = b"GPQA";
-const PROTOCOL: u32 = 4;
+const PROTOCOL: u32 = 5;
 /// Exchange buffers grow in steps of this many bytes.
 const EXCHANGE_STEP: u64 = 64 << 20;
 /// How long a new worker may take to start, at least.
@@ -66,8 +76,9 @@ const PIPE_BYTES: libc::c_int = 1 << 20;
 const MAX_IDLE_EXCHANGES: usize = 8;
 /// ...holding at most this fraction of the device's memory (1/8).
 const IDLE_EXCHANGE_SHARE: u64 = 8;
-/// The most exchange buffers a request may name as live (the worker maps them all).
-const MAX_LIVE_EXCHANGES: usize = 4096;
+/// Bytes of a request before its pages: magic, id, codec, page count, IPC
+/// handle, exchange buffer length.
+const REQUEST_HEAD: usize = 4 + 4 + 4 + 4 + 64 + 8;
 /// Consecutive failed starts after which the worker is no longer tried.
 const MAX_FAILED_STARTS: u32 = 3;
 
@@ -134,56 +145,195 @@ pub(crate) struct Answer {
     pub phases: String,
 }
 
+/// A running worker, shared by the batches in flight on it. Requests go out
+/// on `to` under its lock; one thread (`read_answers`) reads every answer
+/// and files it in `link` for the batch that waits for it.
 struct Worker {
-    child: Child,
-    to: ChildStdin,
-    from: ChildStdout,
+    child: Mutex<Child>,
+    to: Mutex<ChildStdin>,
+    link: Mutex<Link>,
+    answered: Condvar,
     /// nvCOMP's version in the worker.
     version: String,
+}
+
+/// What the parent knows of the worker's batches.
+#[derive(Default)]
+struct Link {
+    next_id: u32,
+    /// Requests sent and not answered yet, with their deadlines.
+    pending: BTreeMap<u32, Instant>,
+    /// Answers their batches have not taken yet, each with the requests
+    /// that were still running in the worker when it came.
+    answers: HashMap<u32, (WireAnswer, Vec<u32>)>,
+    /// Requests that failed, or were running when the worker stopped.
+    failed: HashSet<u32>,
+    /// Why the worker stopped, once it has.
+    stopped: Option<String>,
+}
+
+/// One answer as the worker sent it.
+enum WireAnswer {
+    /// The batch ran: the worker's times (text), and the pages that failed
+    /// (index, nvCOMP status, size).
+    Ran { text: String, failed: Vec<(usize, i32, u64)> },
+    /// The batch could not run: why.
+    Refused(String),
+}
+
+impl Worker {
+    fn link(&self) -> MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.link().stopped.is_some()
+    }
+
+    /// Kills the process and waits for it to be gone (its mappings of the
+    /// exchange buffers with it); every batch still running fails.
+    fn kill(&self, why: &str) {
+        {
+            let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let mut link = self.link();
+        link.stopped.get_or_insert_with(|| why.to_string());
+        let running: Vec<u32> = std::mem::take(&mut link.pending).into_keys().collect();
+        link.failed.extend(running);
+        drop(link);
+        self.answered.notify_all();
+    }
+}
+
+/// The answer reader of a worker: files each answer for its batch until the
+/// pipe closes (the worker exited or was killed), then fails every batch
+/// still running.
+fn read_answers(worker: Arc<Worker>, mut from: ChildStdout) {
+    let why = loop {
+        match read_answer(&mut from) {
+            Ok((id, answer)) => {
+                let mut link = worker.link();
+                link.pending.remove(&id);
+                let bad = match &answer {
+                    WireAnswer::Ran { failed, .. } => !failed.is_empty(),
+                    WireAnswer::Refused(_) => true,
+                };
+                if bad {
+                    // Its pages may have written anywhere in the worker's
+                    // memory: the batches running beside it fail with it.
+                    link.failed.insert(id);
+                }
+                let running: Vec<u32> = link.pending.keys().copied().collect();
+                link.answers.insert(id, (answer, running));
+                drop(link);
+                worker.answered.notify_all();
+            }
+            Err(e) => break e,
+        }
+    };
+    let mut link = worker.link();
+    link.stopped.get_or_insert(why);
+    let running: Vec<u32> = std::mem::take(&mut link.pending).into_keys().collect();
+    link.failed.extend(running);
+    drop(link);
+    worker.answered.notify_all();
+}
+
+/// Reads one answer: its request's id and what it says.
+fn read_answer(from: &mut ChildStdout) -> std::result::Result<(u32, WireAnswer), String> {
+    let garbage = || "the nvCOMP worker answered garbage".to_string();
+    let read = |from: &mut ChildStdout, buf: &mut [u8]| {
+        from.read_exact(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => "the nvCOMP worker exited (a fault on corrupt input?)".to_string(),
+            _ => format!("reading from the nvCOMP worker: {e}"),
+        })
+    };
+    let mut head = [0u8; 16];
+    read(from, &mut head)?;
+    if &head[..4] != ANSWER {
+        return Err(garbage());
+    }
+    let word = |k: usize| u32::from_le_bytes(head[4 * k..4 * k + 4].try_into().unwrap());
+    let (id, status, text_len) = (word(1), word(2), word(3) as usize);
+    if text_len > 1 << 16 {
+        return Err(garbage());
+    }
+    let mut text = vec![0u8; text_len];
+    read(from, &mut text)?;
+    let text = String::from_utf8_lossy(&text).into_owned();
+    if status != 0 {
+        return Ok((id, WireAnswer::Refused(text)));
+    }
+    let mut count = [0u8; 4];
+    read(from, &mut count)?;
+    let count = u32::from_le_bytes(count) as usize;
+    if count > 1 << 24 {
+        return Err(garbage());
+    }
+    let mut body = vec![0u8; 16 * count];
+    read(from, &mut body)?;
+    let failed = body
+        .chunks_exact(16)
+        .map(|e| {
+            let index = u32::from_le_bytes(e[0..4].try_into().unwrap()) as usize;
+            (index, i32::from_le_bytes(e[4..8].try_into().unwrap()), u64::from_le_bytes(e[8..16].try_into().unwrap()))
+        })
+        .collect();
+    Ok((id, WireAnswer::Ran { text, failed }))
 }
 
 struct Exchange {
     buffer: DeviceBuffer,
     handle: sys::CUipcMemHandle,
-    generation: u64,
 }
 
 #[derive(Default)]
 struct Client {
-    worker: Option<Worker>,
-    /// Exchange buffers no batch or read holds (the worker keeps them mapped).
+    worker: Option<Arc<Worker>>,
+    /// Exchange buffers no batch or read holds.
     idle: Vec<Exchange>,
-    /// Generations of the exchange buffers reads hold (`HeldExchange`).
-    held: Vec<u64>,
     /// Bytes the idle buffers may hold together (set at the first batch).
     idle_cap: u64,
-    generation: u64,
     failed_starts: u32,
-    /// Exchange buffers the worker may still have mapped: freed after its
-    /// next answer (it unmaps every buffer a request does not name as live
-    /// before it answers).
-    retired: Vec<DeviceBuffer>,
 }
 
 impl Client {
     /// Takes back an exchange buffer a batch or read is done with: into the
-    /// idle pool where there is room, else freed (after the worker's next
-    /// answer while it may still map it).
+    /// idle pool where there is room, else freed (the worker maps a buffer
+    /// only while its batch runs).
     fn give_back(&mut self, exchange: Exchange) {
-        self.held.retain(|&g| g != exchange.generation);
         if idle_has_room(self.idle.iter().map(|x| x.buffer.len()), exchange.buffer.len(), self.idle_cap) {
             self.idle.push(exchange);
-        } else if self.worker.is_some() {
-            self.retired.push(exchange.buffer);
         }
     }
 
-    /// Generations of every exchange buffer still in use or kept: the worker
-    /// may unmap any other.
-    fn live_generations(&self, current: u64) -> Vec<u64> {
-        let mut live: Vec<u64> = self.idle.iter().map(|x| x.generation).chain(self.held.iter().copied()).collect();
-        live.push(current);
-        live
+    /// The running worker, started if there is none (or it stopped).
+    fn running_worker(&mut self, path: &PathBuf, ordinal: usize) -> std::result::Result<Arc<Worker>, String> {
+        if let Some(w) = &self.worker {
+            if !w.is_stopped() {
+                return Ok(w.clone());
+            }
+            // Stopped: killed and waited for by whoever saw it fail, or
+            // exited on its own; either way it maps nothing any more.
+            w.kill("stopped");
+            self.worker = None;
+        }
+        if self.failed_starts >= MAX_FAILED_STARTS {
+            return Err(format!("the nvCOMP worker failed to start {MAX_FAILED_STARTS} times"));
+        }
+        match start(path, ordinal) {
+            Ok(w) => {
+                self.failed_starts = 0;
+                self.worker = Some(w.clone());
+                Ok(w)
+            }
+            Err(e) => {
+                self.failed_starts += 1;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -192,6 +342,9 @@ fn clients() -> &'static Mutex<HashMap<usize, Client>> {
     CLIENTS.get_or_init(Default::default)
 }
 
+fn lock_clients() -> MutexGuard<'static, HashMap<usize, Client>> {
+    clients().lock().unwrap_or_else(|p| p.into_inner())
+}
 /// Where the worker executable is, or why there is none.
 pub(crate) fn worker_path() -> std::result::Result<PathBuf, String> {
     static PATH: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
@@ -244,7 +397,7 @@ pub(crate) fn prestart(ctx: &Arc<GpuContext>) {
         return;
     }
     let ordinal = ctx.ordinal();
-    let ready = clients().lock().unwrap_or_else(|p| p.into_inner()).get(&ordinal).is_some_and(|c| c.worker.is_some());
+    let ready = lock_clients().get(&ordinal).and_then(|c| c.worker.as_ref()).is_some_and(|w| !w.is_stopped());
     if ready {
         return;
     }
@@ -252,20 +405,10 @@ pub(crate) fn prestart(ctx: &Arc<GpuContext>) {
     // that follows waits for the start instead of racing it.
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let spawned = std::thread::Builder::new().name("gpq-nvcomp-worker-start".into()).spawn(move || {
-        let mut guard = clients().lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock_clients();
         let _ = tx.send(());
-        let client = guard.entry(ordinal).or_default();
-        if client.worker.is_some() || client.failed_starts >= MAX_FAILED_STARTS {
-            return;
-        }
         let Ok(path) = worker_path() else { return };
-        match start(&path, ordinal) {
-            Ok(w) => {
-                client.failed_starts = 0;
-                client.worker = Some(w);
-            }
-            Err(_) => client.failed_starts += 1,
-        }
+        let _ = guard.entry(ordinal).or_default().running_worker(&path, ordinal);
     });
     if spawned.is_ok() {
         let _ = rx.recv();
@@ -286,25 +429,26 @@ fn pick_idle(idle: &[u64], bytes: u64) -> std::result::Result<usize, Option<usiz
     fit.ok_or_else(|| idle.iter().enumerate().max_by_key(|(_, len)| **len).map(|(k, _)| k))
 }
 
-/// The worker of one device, held for one batch: an exchange buffer of at
-/// least the bytes asked for, and a running worker. Dropped without
-/// [`Lease::hold`], its buffer goes back to the pool.
+/// A batch's hold on the worker of one device: an exchange buffer of at
+/// least the bytes asked for, and the running worker, which other batches
+/// share meanwhile (it runs them side by side, each on a stream of its own).
+/// Dropped without [`Lease::hold`], its buffer goes back to the pool.
 pub(crate) struct Lease {
-    guard: MutexGuard<'static, HashMap<usize, Client>>,
     ordinal: usize,
+    worker: Arc<Worker>,
     exchange: Option<Exchange>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(x) = self.exchange.take() {
-            self.client().give_back(x);
+            lock_clients().entry(self.ordinal).or_default().give_back(x);
         }
     }
 }
 
 impl Lease {
-    /// Starts (or reuses) the worker of `ctx`'s device and an exchange
+    /// Starts (or reuses) the worker of `ctx`'s device and takes an exchange
     /// buffer of at least `bytes`. Errors say why the worker cannot be used.
     pub(crate) fn acquire(ctx: &Arc<GpuContext>, bytes: u64) -> std::result::Result<Lease, String> {
         let path = worker_path()?;
@@ -312,34 +456,27 @@ impl Lease {
             return Err("the device is the CPU emulator".into());
         }
         let ordinal = ctx.ordinal();
-        let mut guard = clients().lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock_clients();
         let client = guard.entry(ordinal).or_default();
         if client.idle_cap == 0 {
             client.idle_cap = ctx.memory_info().map_or(4 << 30, |(_, total)| total / IDLE_EXCHANGE_SHARE);
         }
-        if client.failed_starts >= MAX_FAILED_STARTS {
-            return Err(format!("the nvCOMP worker failed to start {MAX_FAILED_STARTS} times"));
-        }
-        if client.worker.is_none() {
-            match start(&path, ordinal) {
-                Ok(w) => {
-                    client.failed_starts = 0;
-                    client.worker = Some(w);
-                }
-                Err(e) => {
-                    client.failed_starts += 1;
-                    return Err(e);
-                }
-            }
-        }
+        let worker = client.running_worker(&path, ordinal)?;
         let sizes: Vec<u64> = client.idle.iter().map(|x| x.buffer.len()).collect();
-        let exchange = match pick_idle(&sizes, bytes) {
-            Ok(k) => client.idle.swap_remove(k),
+        let reused = match pick_idle(&sizes, bytes) {
+            Ok(k) => Some(client.idle.swap_remove(k)),
             Err(make_way) => {
+                // Too small for this batch: freed, it makes room in the pool.
                 if let Some(k) = make_way {
-                    let old = client.idle.swap_remove(k);
-                    client.retired.push(old.buffer);
+                    client.idle.swap_remove(k);
                 }
+                None
+            }
+        };
+        drop(guard);
+        let exchange = match reused {
+            Some(x) => x,
+            None => {
                 let len = bytes.max(1).div_ceil(EXCHANGE_STEP) * EXCHANGE_STEP;
                 let buffer = DeviceBuffer::alloc_plain(ctx, len, "nvCOMP worker exchange").map_err(|e| e.to_string())?;
                 let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
@@ -348,15 +485,10 @@ impl Lease {
                 if r != sys::CUresult::CUDA_SUCCESS {
                     return Err(format!("cuIpcGetMemHandle: {r:?}"));
                 }
-                client.generation += 1;
-                Exchange { buffer, handle, generation: client.generation }
+                Exchange { buffer, handle }
             }
         };
-        Ok(Lease { guard, ordinal, exchange: Some(exchange) })
-    }
-
-    fn client(&mut self) -> &mut Client {
-        self.guard.get_mut(&self.ordinal).expect("the lease's client exists")
+        Ok(Lease { ordinal, worker, exchange: Some(exchange) })
     }
 
     /// Device address of the exchange buffer.
@@ -366,18 +498,19 @@ impl Lease {
 
     /// nvCOMP's version in the worker.
     pub(crate) fn version(&mut self) -> String {
-        self.client().worker.as_ref().map(|w| w.version.clone()).unwrap_or_default()
+        self.worker.version.clone()
     }
 
     /// Has the worker decompress the pages of `layout` (whose inputs must be
     /// in their slots of the exchange buffer: the caller synchronized its
-    /// copies) with `codec`, waiting at most `limit`. Any failure, a page
-    /// nvCOMP rejects or decompresses to another size than its header says
-    /// included, fails the whole batch (the other pages' outputs may have
-    /// been overwritten by the bad one) and stops the worker.
+    /// copies) with `codec`, waiting at most `limit` for the answer. Any
+    /// failure, a page nvCOMP rejects or decompresses to another size than
+    /// its header says included, fails the whole batch (the other pages'
+    /// outputs may have been overwritten by the bad one) and stops the
+    /// worker. So does a failure of any batch that ran in the worker beside
+    /// this one: its pages may have written into this one's outputs.
     pub(crate) fn run(&mut self, codec: Codec, layout: &BatchLayout, limit: Duration) -> std::result::Result<Answer, String> {
         let result = self.exchange_batch(codec, layout, limit);
-        self.client().retired.clear();
         if result.is_err() {
             self.abandon();
         }
@@ -385,76 +518,85 @@ impl Lease {
     }
 
     fn exchange_batch(&mut self, codec: Codec, layout: &BatchLayout, limit: Duration) -> std::result::Result<Answer, String> {
-        let (handle, generation, len) = match &self.exchange {
-            Some(x) => (x.handle, x.generation, x.buffer.len()),
+        let (handle, len) = match &self.exchange {
+            Some(x) => (x.handle, x.buffer.len()),
             None => return Err("no exchange buffer".into()),
         };
-        let client = self.client();
-        let live = client.live_generations(generation);
-        if live.len() > MAX_LIVE_EXCHANGES {
-            return Err(format!("{} exchange buffers in use at once", live.len()));
-        }
-        let worker = client.worker.as_mut().ok_or("no worker")?;
         let n = u32::try_from(layout.len()).map_err(|_| "too many pages for one batch".to_string())?;
-        let mut msg = Vec::with_capacity(96 + 13 * layout.len() + 8 * live.len());
+        let worker = self.worker.clone();
+        let until = Instant::now() + limit;
+        let id = {
+            let mut link = worker.link();
+            if let Some(why) = &link.stopped {
+                return Err(format!("the nvCOMP worker stopped: {why}"));
+            }
+            let id = link.next_id;
+            link.next_id = id.wrapping_add(1);
+            link.pending.insert(id, until);
+            id
+        };
+        let mut msg = Vec::with_capacity(REQUEST_HEAD + 13 * layout.len());
         msg.extend_from_slice(REQUEST);
+        msg.extend_from_slice(&id.to_le_bytes());
         msg.extend_from_slice(&codec_code(codec).to_le_bytes());
         msg.extend_from_slice(&n.to_le_bytes());
-        msg.extend_from_slice(&generation.to_le_bytes());
         msg.extend(handle.reserved.iter().map(|&b| b as u8));
         msg.extend_from_slice(&len.to_le_bytes());
-        msg.extend_from_slice(&(live.len() as u32).to_le_bytes());
         msg.extend_from_slice(as_bytes(&layout.input_lens));
         msg.extend_from_slice(as_bytes(&layout.output_lens));
         msg.extend_from_slice(&layout.skews);
         msg.extend_from_slice(as_bytes(&layout.prefixes));
-        msg.extend_from_slice(as_bytes(&live));
-        worker.to.write_all(&msg).and_then(|_| worker.to.flush()).map_err(|e| format!("writing to the nvCOMP worker: {e}"))?;
-        let until = Instant::now() + limit;
-        let mut head = [0u8; 12];
-        read_exact_by(&mut worker.from, &mut head, until)?;
-        if &head[..4] != ANSWER {
-            return Err("the nvCOMP worker answered garbage".into());
+        {
+            let mut to = worker.to.lock().unwrap_or_else(|p| p.into_inner());
+            to.write_all(&msg).and_then(|_| to.flush()).map_err(|e| format!("writing to the nvCOMP worker: {e}"))?;
         }
-        let status = u32::from_le_bytes(head[4..8].try_into().unwrap());
-        let text_len = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
-        if text_len > 1 << 16 {
-            return Err("the nvCOMP worker answered garbage".into());
+        let mut link = worker.link();
+        let (answer, beside) = loop {
+            if let Some(a) = link.answers.remove(&id) {
+                break a;
+            }
+            if link.failed.contains(&id) {
+                return Err(format!("the nvCOMP worker stopped: {}", link.stopped.as_deref().unwrap_or("no answer")));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("the nvCOMP worker did not answer in time (hung kernels?)".into());
+            }
+            link = worker.answered.wait_timeout(link, left).unwrap_or_else(|p| p.into_inner()).0;
+        };
+        let text = match answer {
+            WireAnswer::Refused(why) => return Err(format!("nvCOMP worker: {why}")),
+            WireAnswer::Ran { failed, .. } if !failed.is_empty() => {
+                let rejected: Vec<_> = failed.iter().filter(|&&(_, status, _)| status != 0).collect();
+                return Err(match (rejected.first(), failed[0]) {
+                    (Some(&&(_, status, _)), _) => {
+                        format!("nvCOMP in the worker rejected {} of {n} pages (first: {})", rejected.len(), nvcomp::status_name(status))
+                    }
+                    (None, (index, _, size)) => {
+                        let promised = layout.output_lens.get(index).copied().unwrap_or(0);
+                        format!("nvCOMP {codec:?} in the worker decompressed a page to {size} bytes, its header says {promised}")
+                    }
+                });
+            }
+            WireAnswer::Ran { text, .. } => text,
+        };
+        // The batches that ran beside this one must end well too. Each has a
+        // deadline of its own, which its reader enforces; past the latest of
+        // them (and a grace) this batch gives up on them.
+        loop {
+            if beside.iter().any(|b| link.failed.contains(b)) {
+                return Err("a batch that ran beside this one in the nvCOMP worker failed (its pages may have written into this one's)".into());
+            }
+            let Some(latest) = beside.iter().filter_map(|b| link.pending.get(b)).max().copied() else { break };
+            let left = (latest + deadline_base()).saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("a batch that ran beside this one in the nvCOMP worker did not answer in time".into());
+            }
+            link = worker.answered.wait_timeout(link, left).unwrap_or_else(|p| p.into_inner()).0;
         }
-        let mut text = vec![0u8; text_len];
-        read_exact_by(&mut worker.from, &mut text, until)?;
-        if status != 0 {
-            return Err(format!("nvCOMP worker: {}", String::from_utf8_lossy(&text)));
-        }
-        // Then the pages that failed: how many, and each one's index, status and size.
-        let mut count = [0u8; 4];
-        read_exact_by(&mut worker.from, &mut count, until)?;
-        let failed = u32::from_le_bytes(count) as usize;
-        if failed > layout.len() {
-            return Err("the nvCOMP worker answered garbage".into());
-        }
-        let mut body = vec![0u8; 16 * failed];
-        read_exact_by(&mut worker.from, &mut body, until)?;
-        if failed > 0 {
-            let entry = |k: usize| {
-                let e = &body[16 * k..16 * (k + 1)];
-                let index = u32::from_le_bytes(e[0..4].try_into().unwrap()) as usize;
-                (index, i32::from_le_bytes(e[4..8].try_into().unwrap()), u64::from_le_bytes(e[8..16].try_into().unwrap()))
-            };
-            let rejected: Vec<_> = (0..failed).map(entry).filter(|&(_, status, _)| status != 0).collect();
-            return Err(match (rejected.first(), entry(0)) {
-                (Some(&(_, status, _)), _) => {
-                    format!("nvCOMP in the worker rejected {} of {n} pages (first: {})", rejected.len(), nvcomp::status_name(status))
-                }
-                (None, (index, _, size)) => {
-                    let promised = layout.output_lens.get(index).copied().unwrap_or(0);
-                    format!("nvCOMP {codec:?} in the worker decompressed a page to {size} bytes, its header says {promised}")
-                }
-            });
-        }
-        // On success the text is the worker's times in microseconds (all, and
-        // nvCOMP's part), then its phases as `name=value` words.
-        let text = String::from_utf8_lossy(&text);
+        drop(link);
+        // The worker's times in microseconds (all, and nvCOMP's part), then
+        // its phases as `name=value` words.
         let mut words = text.split_whitespace();
         let mut us = || Duration::from_micros(words.next().and_then(|t| t.parse().ok()).unwrap_or(0));
         let (worker_time, nvcomp_time) = (us(), us());
@@ -462,39 +604,35 @@ impl Lease {
         Ok(Answer { worker_time, nvcomp_time, phases })
     }
 
-    /// Kills the worker and frees the batch's exchange buffer and the idle
-    /// ones (for a batch whose answer the caller finds wrong). Buffers reads
+    /// Stops the worker (waiting until it is gone) and frees the batch's
+    /// exchange buffer and the idle ones (for a batch whose answer the
+    /// caller finds wrong). Batches running beside it fail; buffers reads
     /// hold are freed when they let go.
     pub(crate) fn abandon(&mut self) {
-        let client = self.client();
-        if let Some(mut w) = client.worker.take() {
-            let _ = w.child.kill();
-            let _ = w.child.wait();
+        self.worker.kill("a batch failed");
+        let mut guard = lock_clients();
+        if let Some(client) = guard.get_mut(&self.ordinal) {
+            if client.worker.as_ref().is_some_and(|w| Arc::ptr_eq(w, &self.worker)) {
+                client.worker = None;
+            }
+            client.idle.clear();
         }
-        client.idle.clear();
-        client.retired.clear();
+        drop(guard);
         self.exchange = None;
     }
 
     /// Ends the lease keeping the exchange buffer, with the outputs of the
-    /// batch just run, for the reader's decoders: the worker is free for
-    /// other batches (which get an exchange buffer of their own meanwhile),
-    /// and the buffer returns when the [`HeldExchange`] is dropped.
+    /// batch just run, for the reader's decoders: the worker no longer maps
+    /// it, and it returns to the pool when the [`HeldExchange`] is dropped.
     pub(crate) fn hold(mut self, stream: &Arc<GpuStream>) -> HeldExchange {
-        let ordinal = self.ordinal;
-        let exchange = self.exchange.take();
-        if let Some(x) = &exchange {
-            let generation = x.generation;
-            self.client().held.push(generation);
-        }
-        HeldExchange { ordinal, exchange, stream: stream.clone() }
+        HeldExchange { ordinal: self.ordinal, exchange: self.exchange.take(), stream: stream.clone() }
     }
 }
 
-/// An exchange buffer taken out of the worker's rotation while a read's
-/// decoders use the pages the worker decompressed into it (so they need not
-/// be copied out). Dropping it waits for the reading stream (its kernels
-/// may still read the pages), then gives the buffer back to the pool.
+/// An exchange buffer taken out of the pool while a read's decoders use
+/// the pages the worker decompressed into it (so they need not be copied
+/// out). Dropping it waits for the reading stream (its kernels may still
+/// read the pages), then gives the buffer back to the pool.
 pub(crate) struct HeldExchange {
     ordinal: usize,
     exchange: Option<Exchange>,
@@ -504,15 +642,10 @@ pub(crate) struct HeldExchange {
 impl Drop for HeldExchange {
     fn drop(&mut self) {
         let Some(exchange) = self.exchange.take() else { return };
-        let synchronized = self.stream.synchronize().is_ok();
-        let mut guard = clients().lock().unwrap_or_else(|p| p.into_inner());
-        let client = guard.entry(self.ordinal).or_default();
-        if synchronized {
-            client.give_back(exchange);
-        } else {
-            // A lost context: the buffer goes with it.
-            client.held.retain(|&g| g != exchange.generation);
+        if self.stream.synchronize().is_ok() {
+            lock_clients().entry(self.ordinal).or_default().give_back(exchange);
         }
+        // (Else the context is lost, and the buffer goes with it.)
     }
 }
 
@@ -556,7 +689,7 @@ fn read_exact_by(from: &mut ChildStdout, buf: &mut [u8], until: Instant) -> std:
     Ok(())
 }
 
-fn start(path: &PathBuf, ordinal: usize) -> std::result::Result<Worker, String> {
+fn start(path: &PathBuf, ordinal: usize) -> std::result::Result<Arc<Worker>, String> {
     let t = Instant::now();
     let mut child = Command::new(path)
         .arg(ordinal.to_string())
@@ -597,7 +730,20 @@ fn start(path: &PathBuf, ordinal: usize) -> std::result::Result<Worker, String> 
     match hello {
         Ok(version) => {
             info!(ms = t.elapsed().as_secs_f64() * 1e3, %version, "nvCOMP worker started");
-            Ok(Worker { child, to, from, version })
+            let worker = Arc::new(Worker {
+                child: Mutex::new(child),
+                to: Mutex::new(to),
+                link: Mutex::new(Link::default()),
+                answered: Condvar::new(),
+                version,
+            });
+            let reader = worker.clone();
+            let spawned = std::thread::Builder::new().name("gpq-nvcomp-answers".into()).spawn(move || read_answers(reader, from));
+            if let Err(e) = spawned {
+                worker.kill("no answer thread");
+                return Err(format!("no thread for the nvCOMP worker's answers: {e}"));
+            }
+            Ok(worker)
         }
         Err(e) => {
             let _ = child.kill();
@@ -619,8 +765,8 @@ fn start(path: &PathBuf, ordinal: usize) -> std::result::Result<Worker, String> 
 pub fn worker_main() -> i32 {
     let ordinal: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
-    match serve(ordinal, &mut stdin.lock(), &mut stdout.lock()) {
+    let stdout = Mutex::new(std::io::stdout());
+    match serve(ordinal, &mut stdin.lock(), &stdout) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("{WORKER_NAME}: {e}");
@@ -695,6 +841,8 @@ unsafe fn run_batch(
 /// Where a worker batch's time went (reported to the reader's debug log).
 #[derive(Debug, Default, Clone, Copy)]
 struct BatchPhases {
+    /// The exchange buffer mapped into the worker.
+    map: Duration,
     /// The argument arrays to the device.
     upload: Duration,
     /// Result arrays, nvCOMP's scratch size and its allocation.
@@ -729,10 +877,9 @@ fn warm_up(lib: &nvcomp::Nvcomp, stream: &Arc<crate::cuda::GpuStream>) -> std::r
     Ok(())
 }
 
+/// An exchange buffer mapped into the worker for one batch.
 struct Mapped {
-    generation: u64,
     base: u64,
-    len: u64,
 }
 
 impl Drop for Mapped {
@@ -742,8 +889,135 @@ impl Drop for Mapped {
     }
 }
 
-fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::result::Result<(), String> {
+/// One request as the worker reads it.
+struct Request {
+    id: u32,
+    codec: u32,
+    handle: sys::CUipcMemHandle,
+    len: u64,
+    layout: BatchLayout,
+}
+
+/// Reads the next request; `None` when the parent closed the pipe.
+fn read_request(input: &mut impl Read) -> std::result::Result<Option<Request>, String> {
     let io = |e: std::io::Error| format!("pipe: {e}");
+    let mut head = [0u8; REQUEST_HEAD];
+    match input.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(io(e)),
+    }
+    if &head[..4] != REQUEST {
+        return Err("not a request".into());
+    }
+    let word = |k: usize| u32::from_le_bytes(head[4 * k..4 * k + 4].try_into().unwrap());
+    let (id, codec, n) = (word(1), word(2), word(3) as usize);
+    let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
+    for (d, s) in handle.reserved.iter_mut().zip(&head[16..80]) {
+        *d = *s as _;
+    }
+    let len = u64::from_le_bytes(head[80..88].try_into().unwrap());
+    if n > 1 << 24 {
+        return Err("batch too large".into());
+    }
+    let mut body = vec![0u8; 13 * n];
+    input.read_exact(&mut body).map_err(io)?;
+    let layout = BatchLayout {
+        input_lens: from_bytes(&body[..4 * n]),
+        output_lens: from_bytes(&body[4 * n..8 * n]),
+        skews: body[8 * n..9 * n].to_vec(),
+        prefixes: from_bytes(&body[9 * n..13 * n]),
+    };
+    Ok(Some(Request { id, codec, handle, len, layout }))
+}
+
+/// Runs one request on `stream`: maps its exchange buffer, runs nvCOMP over
+/// its pages, waits, and unmaps the buffer again (so that no later batch,
+/// however corrupt its pages, can write into outputs the parent is reading).
+fn run_request(lib: &nvcomp::Nvcomp, stream: &Arc<crate::cuda::GpuStream>, req: &Request) -> std::result::Result<(Vec<u8>, BatchPhases), String> {
+    let codec = codec_of(req.codec).ok_or("unknown codec")?;
+    let n = req.layout.len();
+    let t = Instant::now();
+    let mut base = 0;
+    // SAFETY: valid out pointer; the handle names the parent's live allocation.
+    let r = unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, req.handle, 1) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuIpcOpenMemHandle: {r:?}"));
+    }
+    let mapped = Mapped { base };
+    let map = t.elapsed();
+    let (slots, end) = req.layout.slots();
+    if end > req.len {
+        return Err("the batch does not fit the exchange buffer".into());
+    }
+    // The reader chose the skews by its nvCOMP's alignment; this one's must agree.
+    let align = lib.alignments(codec)?.input.max(1) as u64;
+    if slots.iter().any(|s| (mapped.base + s.input) % align != 0) {
+        return Err(format!("a page's input is not aligned to the {align} bytes nvCOMP needs"));
+    }
+    let mut host: Vec<u64> = Vec::with_capacity(4 * n);
+    host.extend(slots.iter().map(|s| mapped.base + s.input));
+    host.extend(slots.iter().map(|s| s.input_len));
+    host.extend(slots.iter().map(|s| s.output_len));
+    host.extend(slots.iter().map(|s| mapped.base + s.output));
+    // SAFETY: every slot lies inside the mapped exchange buffer (checked
+    // above), mapped until `mapped` drops, after run_batch's synchronize.
+    let (bytes, mut phases) = unsafe { run_batch(lib, stream, codec, &host, n)? };
+    drop(mapped);
+    phases.map = map;
+    Ok((bytes, phases))
+}
+
+/// The answer to a batch that ran: the worker's times, then the pages that
+/// failed (index, status, size).
+fn ran_answer(id: u32, layout: &BatchLayout, bytes: &[u8], phases: &BatchPhases, took: Duration) -> Vec<u8> {
+    let n = layout.len();
+    let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
+    let statuses: Vec<i32> = from_bytes(&bytes[8 * n..12 * n]);
+    let mut failed: Vec<u8> = Vec::new();
+    let mut count = 0u32;
+    for k in 0..n {
+        if statuses[k] != 0 || sizes[k] != layout.output_lens[k] as u64 {
+            failed.extend_from_slice(&(k as u32).to_le_bytes());
+            failed.extend_from_slice(&statuses[k].to_le_bytes());
+            failed.extend_from_slice(&sizes[k].to_le_bytes());
+            count += 1;
+        }
+    }
+    let times = format!(
+        "{} {} map_us={} upload_us={} setup_us={} scratch_bytes={} launch_us={} download_us={} release_us={}",
+        took.as_micros(),
+        phases.nvcomp.as_micros(),
+        phases.map.as_micros(),
+        phases.upload.as_micros(),
+        phases.setup.as_micros(),
+        phases.temp_bytes,
+        phases.launch.as_micros(),
+        phases.download.as_micros(),
+        phases.release.as_micros()
+    );
+    let mut m = Vec::with_capacity(32 + times.len() + failed.len());
+    let _ = say(&mut m, ANSWER, id, Some(0), &times);
+    m.extend_from_slice(&count.to_le_bytes());
+    m.extend_from_slice(&failed);
+    m
+}
+
+/// Sets up the device and nvCOMP, says hello, then runs every request on a
+/// thread and stream of its own, side by side, answering each when it ends
+/// (answers carry their request's id). A batch that cannot run may have
+/// left the context broken: its answer goes out, and the process exits.
+fn serve(ordinal: usize, input: &mut impl Read, out: &Mutex<impl Write + Send>) -> std::result::Result<(), String> {
+    let io = |e: std::io::Error| format!("pipe: {e}");
+    let send = |bytes: &[u8]| -> std::result::Result<(), String> {
+        let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
+        out.write_all(bytes).and_then(|_| out.flush()).map_err(io)
+    };
+    let hello = |status: u32, text: &str| {
+        let mut m = Vec::new();
+        let _ = say(&mut m, HELLO, PROTOCOL, Some(status), text);
+        send(&m)
+    };
     let setup = (|| -> std::result::Result<_, String> {
         let ctx = GpuContext::get(ordinal).map_err(|e| e.to_string())?;
         let lib = nvcomp::nvcomp()?;
@@ -753,125 +1027,59 @@ fn serve(ordinal: usize, input: &mut impl Read, out: &mut impl Write) -> std::re
     let (ctx, lib, stream) = match setup {
         Ok(s) => s,
         Err(e) => {
-            say(out, HELLO, PROTOCOL, Some(1), &e).and_then(|_| out.flush()).map_err(io)?;
+            hello(1, &e)?;
             return Err(e);
         }
     };
     // The first launch of nvCOMP's kernels loads them (lazily, hundreds of
     // milliseconds); do it now, inside the start deadline, not in a batch's.
     if let Err(e) = warm_up(lib, &stream) {
-        say(out, HELLO, PROTOCOL, Some(1), &e).and_then(|_| out.flush()).map_err(io)?;
+        hello(1, &e)?;
         return Err(e);
     }
-    say(out, HELLO, PROTOCOL, Some(0), &lib.version).and_then(|_| out.flush()).map_err(io)?;
-    // Every exchange buffer the parent still uses, mapped once.
-    let mut mapped: Vec<Mapped> = Vec::new();
-    loop {
-        let mut head = [0u8; 4 + 4 + 4 + 8 + 64 + 8 + 4];
-        match input.read_exact(&mut head) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(io(e)),
-        }
-        if &head[..4] != REQUEST {
-            return Err("not a request".into());
-        }
-        let codec = u32::from_le_bytes(head[4..8].try_into().unwrap());
-        let n = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
-        let generation = u64::from_le_bytes(head[12..20].try_into().unwrap());
-        let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
-        for (d, s) in handle.reserved.iter_mut().zip(&head[20..84]) {
-            *d = *s as _;
-        }
-        let len = u64::from_le_bytes(head[84..92].try_into().unwrap());
-        let live_count = u32::from_le_bytes(head[92..96].try_into().unwrap()) as usize;
-        if n > 1 << 24 || live_count > MAX_LIVE_EXCHANGES {
-            return Err("batch too large".into());
-        }
-        let mut body = vec![0u8; 13 * n + 8 * live_count];
-        input.read_exact(&mut body).map_err(io)?;
-        let live: Vec<u64> = from_bytes(&body[13 * n..]);
-        let layout = BatchLayout {
-            input_lens: from_bytes(&body[..4 * n]),
-            output_lens: from_bytes(&body[4 * n..8 * n]),
-            skews: body[8 * n..9 * n].to_vec(),
-            prefixes: from_bytes(&body[9 * n..13 * n]),
-        };
-        let started = Instant::now();
-        let result = (|| -> std::result::Result<(Vec<u8>, BatchPhases), String> {
-            let codec = codec_of(codec).ok_or("unknown codec")?;
-            ctx.bind().map_err(|e| e.to_string())?;
-            // Buffers the parent no longer names are unmapped before the
-            // answer: it frees them after it.
-            mapped.retain(|m| m.generation == generation || live.contains(&m.generation));
-            let k = match mapped.iter().position(|m| m.generation == generation) {
-                Some(k) => k,
-                None => {
-                    let mut base = 0;
-                    // SAFETY: valid out pointer; the handle names the parent's live allocation.
-                    let r = unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, 1) };
-                    if r != sys::CUresult::CUDA_SUCCESS {
-                        return Err(format!("cuIpcOpenMemHandle: {r:?}"));
+    hello(0, &lib.version)?;
+    // Streams of finished batches, for the next ones.
+    let streams: Mutex<Vec<Arc<crate::cuda::GpuStream>>> = Mutex::new(vec![stream]);
+    std::thread::scope(|s| -> std::result::Result<(), String> {
+        while let Some(req) = read_request(input)? {
+            let (ctx, streams, send) = (&ctx, &streams, &send);
+            let batch = move || {
+                let started = Instant::now();
+                let result = ctx.bind().map_err(|e| e.to_string()).and_then(|()| {
+                    let stream = streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                    let stream = match stream {
+                        Some(st) => st,
+                        None => ctx.new_stream().map_err(|e| e.to_string())?,
+                    };
+                    let result = run_request(lib, &stream, &req);
+                    if result.is_ok() {
+                        streams.lock().unwrap_or_else(|p| p.into_inner()).push(stream);
                     }
-                    mapped.push(Mapped { generation, base, len });
-                    mapped.len() - 1
+                    result
+                });
+                match result {
+                    Ok((bytes, phases)) => {
+                        if send(&ran_answer(req.id, &req.layout, &bytes, &phases, started.elapsed())).is_err() {
+                            std::process::exit(1);
+                        }
+                    }
+                    Err(e) => {
+                        let mut m = Vec::new();
+                        let _ = say(&mut m, ANSWER, req.id, Some(1), &e);
+                        let _ = send(&m);
+                        // A CUDA error here may have poisoned the context: stop.
+                        eprintln!("{WORKER_NAME}: {e}");
+                        std::process::exit(1);
+                    }
                 }
             };
-            let m = &mapped[k];
-            let (slots, end) = layout.slots();
-            if end > m.len {
-                return Err("the batch does not fit the exchange buffer".into());
-            }
-            // The reader chose the skews by its nvCOMP's alignment; this one's must agree.
-            let align = lib.alignments(codec)?.input.max(1) as u64;
-            if slots.iter().any(|s| (m.base + s.input) % align != 0) {
-                return Err(format!("a page's input is not aligned to the {align} bytes nvCOMP needs"));
-            }
-            let mut host: Vec<u64> = Vec::with_capacity(4 * n);
-            host.extend(slots.iter().map(|s| m.base + s.input));
-            host.extend(slots.iter().map(|s| s.input_len));
-            host.extend(slots.iter().map(|s| s.output_len));
-            host.extend(slots.iter().map(|s| m.base + s.output));
-            // SAFETY: every slot lies inside the mapped exchange buffer
-            // (checked above), mapped until a later request leaves it out.
-            unsafe { run_batch(lib, &stream, codec, &host, n) }
-        })();
-        match result {
-            Ok((bytes, phases)) => {
-                // Only the pages that failed go back: index, status, size.
-                let sizes: Vec<u64> = from_bytes(&bytes[..8 * n]);
-                let statuses: Vec<i32> = from_bytes(&bytes[8 * n..12 * n]);
-                let mut failed: Vec<u8> = Vec::new();
-                let mut count = 0u32;
-                for k in 0..n {
-                    if statuses[k] != 0 || sizes[k] != layout.output_lens[k] as u64 {
-                        failed.extend_from_slice(&(k as u32).to_le_bytes());
-                        failed.extend_from_slice(&statuses[k].to_le_bytes());
-                        failed.extend_from_slice(&sizes[k].to_le_bytes());
-                        count += 1;
-                    }
-                }
-                let times = format!(
-                    "{} {} upload_us={} setup_us={} scratch_bytes={} launch_us={} download_us={} release_us={}",
-                    started.elapsed().as_micros(),
-                    phases.nvcomp.as_micros(),
-                    phases.upload.as_micros(),
-                    phases.setup.as_micros(),
-                    phases.temp_bytes,
-                    phases.launch.as_micros(),
-                    phases.download.as_micros(),
-                    phases.release.as_micros()
-                );
-                say(out, ANSWER, 0, None, &times).map_err(io)?;
-                out.write_all(&count.to_le_bytes()).and_then(|_| out.write_all(&failed)).and_then(|_| out.flush()).map_err(io)?;
-            }
-            Err(e) => {
-                say(out, ANSWER, 1, None, &e).and_then(|_| out.flush()).map_err(io)?;
-                // A CUDA error here may have poisoned the context: stop.
-                return Err(e);
-            }
+            std::thread::Builder::new()
+                .name("gpq-nvcomp-batch".into())
+                .spawn_scoped(s, batch)
+                .map_err(|e| format!("no thread for a batch: {e}"))?;
         }
-    }
+        Ok(())
+    })
 }
 
 #[cfg(test)]
