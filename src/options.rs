@@ -231,7 +231,10 @@ pub struct ReadOptions {
     /// group per [`OVERLAP_GROUP_BYTES`] of chunks, at most
     /// [`OVERLAP_MAX_GROUPS`], none for a read of less than two groups' bytes.
     /// `Some(1)` reads in one group. Reads cut to a row window always read in
-    /// one group.
+    /// one group. A read whose pages go to the nvCOMP worker process (ZSTD or
+    /// GZIP with page checks on) chooses at most [`OVERLAP_MAX_WORKER_GROUPS`]:
+    /// the worker's context and this one share the GPU by time slices, and
+    /// more groups measured slower (BENCHMARKS.md section 5.8).
     pub overlap_groups: Option<usize>,
     /// Read top-level string and binary columns as Arrow's view types
     /// (`Utf8View`, `BinaryView`), built on the device, whatever type the
@@ -247,6 +250,9 @@ pub const OVERLAP_GROUP_BYTES: u64 = 128 << 20;
 
 /// The most groups an overlapped read chooses on its own.
 pub const OVERLAP_MAX_GROUPS: usize = 8;
+/// The most groups [`ReadOptions::overlap_groups`] chooses for a read that
+/// sends pages to the nvCOMP worker process.
+pub const OVERLAP_MAX_WORKER_GROUPS: usize = 2;
 
 impl ReadOptions {
     /// The groups a read of `chunk_bytes` is split into (see

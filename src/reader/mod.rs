@@ -162,7 +162,10 @@ fn after_nvcomp_hang(e: Error) -> Error {
 }
 
 fn read_on(plan: ReadPlan, plan_time: std::time::Duration, t0: Instant, stream: &Arc<GpuStream>, options: &ReadOptions) -> Result<DeviceTable> {
-    let groups = options.resolved_overlap_groups(plan.chunk_bytes());
+    let mut groups = options.resolved_overlap_groups(plan.chunk_bytes());
+    if options.overlap_groups.is_none() && crate::decode::needs_nvcomp_worker(&plan, options) {
+        groups = groups.min(crate::options::OVERLAP_MAX_WORKER_GROUPS);
+    }
     if groups > 1 {
         let parts = plan.split_row_groups(groups, &options.io)?;
         if parts.len() > 1 {
