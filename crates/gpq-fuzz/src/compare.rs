@@ -16,7 +16,18 @@ pub fn read_arrow_rs(path: &Path) -> Result<RecordBatch, String> {
     let read = || -> Result<RecordBatch, String> {
         use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
         let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| e.to_string())?.build().map_err(|e| e.to_string())?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| e.to_string())?;
+        let builder = match with_row_groups_total(builder.metadata()) {
+            Some(metadata) => {
+                let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+                let options = parquet::arrow::arrow_reader::ArrowReaderOptions::new();
+                let metadata = parquet::arrow::arrow_reader::ArrowReaderMetadata::try_new(std::sync::Arc::new(metadata), options)
+                    .map_err(|e| e.to_string())?;
+                ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+            }
+            None => builder,
+        };
+        let reader = builder.build().map_err(|e| e.to_string())?;
         let schema = arrow::array::RecordBatchReader::schema(&reader);
         let batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
         arrow::compute::concat_batches(&schema, &batches).map_err(|e| e.to_string())
@@ -25,6 +36,32 @@ pub fn read_arrow_rs(path: &Path) -> Result<RecordBatch, String> {
         Ok(r) => r,
         Err(panic) => Err(format!("arrow-rs panicked: {panic}")),
     }
+}
+
+/// The footer with its total row count set to what its row groups hold,
+/// where the two disagree (`None` where they agree). arrow-rs caps its batch
+/// size at the footer's total, so a total below the row groups' makes it
+/// return fewer rows than the file holds; gpq reads what the row groups hold
+/// (as for parquet-testing's `repeated_no_annotation.parquet`, see the
+/// decode tests), and so does the reference here.
+fn with_row_groups_total(metadata: &parquet::file::metadata::ParquetMetaData) -> Option<parquet::file::metadata::ParquetMetaData> {
+    use parquet::file::metadata::{FileMetaData, ParquetMetaDataBuilder};
+    let held = metadata.row_groups().iter().try_fold(0i64, |acc, rg| acc.checked_add(rg.num_rows().max(0)))?;
+    let footer = metadata.file_metadata();
+    if footer.num_rows() == held {
+        return None;
+    }
+    let fixed = FileMetaData::new(
+        footer.version(),
+        held,
+        footer.created_by().map(str::to_owned),
+        footer.key_value_metadata().cloned(),
+        footer.schema_descr_ptr(),
+        footer.column_orders().cloned(),
+    );
+    let mut builder = metadata.clone().into_builder();
+    let row_groups = builder.take_row_groups();
+    Some(ParquetMetaDataBuilder::new(fixed).set_row_groups(row_groups).build())
 }
 
 /// Compares gpq's batch `got` with arrow-rs's `expected`; `Err` names the
@@ -74,4 +111,41 @@ pub fn one_line(s: &str, max: usize) -> String {
     let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
     let joined: String = joined.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
     if joined.chars().count() <= max { joined } else { joined.chars().take(max).collect::<String>() + "..." }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int32Array};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::metadata::{FileMetaData, ParquetMetaDataBuilder};
+    use parquet::file::properties::WriterProperties;
+
+    use super::*;
+
+    #[test]
+    fn the_reference_reads_what_the_row_groups_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("two_groups.parquet");
+        let batch = RecordBatch::try_from_iter(vec![("v", Arc::new(Int32Array::from_iter_values(0..10)) as ArrayRef)]).unwrap();
+        let props = WriterProperties::builder().set_max_row_group_size(6).build();
+        let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        assert_eq!(read_arrow_rs(&path).unwrap().num_rows(), 10);
+
+        let file = std::fs::File::open(&path).unwrap();
+        let metadata = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&file).unwrap();
+        assert!(with_row_groups_total(&metadata).is_none(), "the totals agree");
+        // The footer's total says 0 rows over row groups of 6 and 4.
+        let footer = metadata.file_metadata();
+        let zero = FileMetaData::new(footer.version(), 0, None, footer.key_value_metadata().cloned(), footer.schema_descr_ptr(), None);
+        let mut builder = metadata.clone().into_builder();
+        let row_groups = builder.take_row_groups();
+        let broken = ParquetMetaDataBuilder::new(zero).set_row_groups(row_groups).build();
+        let fixed = with_row_groups_total(&broken).expect("the totals disagree");
+        assert_eq!(fixed.file_metadata().num_rows(), 10);
+        assert_eq!(fixed.num_row_groups(), 2);
+    }
 }
