@@ -172,6 +172,16 @@ struct Link {
     stopped: Option<String>,
 }
 
+impl Link {
+    /// The worker stopped (the first reason stays): every batch still
+    /// running fails.
+    fn stop(&mut self, why: String) {
+        self.stopped.get_or_insert(why);
+        let running = std::mem::take(&mut self.pending).into_keys();
+        self.failed.extend(running);
+    }
+}
+
 /// One answer as the worker sent it.
 enum WireAnswer {
     /// The batch ran: the worker's times (text), and the pages that failed
@@ -198,11 +208,7 @@ impl Worker {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let mut link = self.link();
-        link.stopped.get_or_insert_with(|| why.to_string());
-        let running: Vec<u32> = std::mem::take(&mut link.pending).into_keys().collect();
-        link.failed.extend(running);
-        drop(link);
+        self.link().stop(why.to_string());
         self.answered.notify_all();
     }
 }
@@ -233,11 +239,7 @@ fn read_answers(worker: Arc<Worker>, mut from: ChildStdout) {
             Err(e) => break e,
         }
     };
-    let mut link = worker.link();
-    link.stopped.get_or_insert(why);
-    let running: Vec<u32> = std::mem::take(&mut link.pending).into_keys().collect();
-    link.failed.extend(running);
-    drop(link);
+    worker.link().stop(why);
     worker.answered.notify_all();
 }
 
