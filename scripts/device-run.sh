@@ -700,8 +700,12 @@ stage_many_files() {
 
 # One `gpq read` with debug logging: DEBUG_READ_ARGS (evaluated, so it may
 # name "$data/..."), the log in $OUT/debug-read-N.log for N = 1.. per
-# argument list separated by '|'.
+# argument list separated by '|' (SF10 lineitem, SNAPPY and ZSTD, made where
+# missing).
 stage_debug_read() {
+  mkdir -p "$data/sf10" "$data/sf10-zstd"
+  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
   IFS='|' read -ra lists <<< "${DEBUG_READ_ARGS:-$data/sf10/lineitem.parquet --repeat 2}"
   k=0
   for args in "${lists[@]}"; do

@@ -56,6 +56,7 @@ else
   cargo build --release -p gpq-cli
 fi
 want_fuzz=1; { [ $core_only = 1 ] || [ "$bundles" = combo ]; } && want_fuzz=0
+[ "${DEVICE_CORE_FUZZ:-0}" = 1 ] && [ "$bundles" = core ] && want_fuzz=1
 [ $want_fuzz = 0 ] || cargo build --release -p gpq-fuzz
 cargo build --release -p gpq --bin gpq-nvcomp-worker
 # DEVICE_BUNDLES=core builds and stages only the core bundle (the core crate's
@@ -144,11 +145,13 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
 # (test-mutations is gpq-fuzz's CPU loop; on the device the fuzz stage does its work.)
 in_bundle() { awk -v b="$1" '$4 == b { print "bin/" $1 "-" $2 }' "$stage/executables.txt" | grep -v -- '-mutations$' || true; }
 # DEVICE_CORE_TESTS (e.g. "decode_gpu batches_gpu") keeps only those test
-# binaries and leaves the fuzzer out, for calls whose bundle would pass 64 MiB;
-# DEVICE_CORE_NO_CLI=1 also leaves the CLI out (about 20 MiB compressed; the
-# tests and sanitizer stages do not use it).
+# binaries and leaves the fuzzer out, for calls whose bundle would pass 64 MiB
+# (DEVICE_CORE_FUZZ=1 keeps it: stage fuzz); DEVICE_CORE_NO_CLI=1 also leaves
+# the CLI out (about 20 MiB compressed; the tests, sanitizer and fuzz stages
+# do not use it).
 if [ -n "${DEVICE_CORE_TESTS:-}" ]; then
   core=(bin/gpq-nvcomp-worker lib data); [ "${DEVICE_CORE_NO_CLI:-0}" = 1 ] || core+=(bin/gpq)
+  [ "${DEVICE_CORE_FUZZ:-0}" = 1 ] && core+=(bin/gpq-fuzz bin/fuzz.py)
   for t in $DEVICE_CORE_TESTS; do core+=(bin/test-$t); done
 else
   core=(bin/gpq bin/gpq-nvcomp-worker bin/gpq-fuzz bin/fuzz.py $(in_bundle core) lib data)
