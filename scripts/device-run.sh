@@ -32,6 +32,16 @@ data=$work/data
 summary=$OUT/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+# SF10 lineitem under $data/sf10 (SNAPPY), and with "zstd" also under
+# $data/sf10-zstd (ZSTD level 1), each made only where missing.
+sf10_lineitem() {
+  mkdir -p "$data/sf10"
+  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  if [ "${1:-}" = zstd ]; then
+    mkdir -p "$data/sf10-zstd"
+    [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
+  fi
+}
 
 stage_info() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$summary"
@@ -231,9 +241,7 @@ stage_page_checks() {
   # PAGE_CHECK_ENVS (e.g. "GPQ_WORKER_GROUP_TURNS=0") adds a checked read
   # of the default grouping with that variable set; PAGE_CHECK_DATA: the
   # data sets (sf10 sf10-zstd).
-  mkdir -p "$data/sf10" "$data/sf10-zstd"
-  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
-  [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
+  sf10_lineitem zstd
   for d in ${PAGE_CHECK_DATA:-sf10 sf10-zstd}; do
     f=$data/$d/lineitem.parquet
     cat "$f" > /dev/null
@@ -417,9 +425,13 @@ stage_tpch_explain() {
 
 sf10_lineitem_dir() {
   # Prints a folder holding SF10 lineitem alone (a table of its own for `gpq sql`):
-  # the suite's file where stage tpch-bench made it, else one generated; page cache warm.
+  # the suite's file where stage tpch-bench made it, else $data/sf10's, else one
+  # generated; page cache warm.
   local l=$data/agg-quick; mkdir -p "$l"
-  [ -e "$l/lineitem.parquet" ] || { [ -e "$data/suite/default/lineitem.parquet" ] && ln -sf "$data/suite/default/lineitem.parquet" "$l/lineitem.parquet"; }
+  local made
+  for made in "$data/suite/default/lineitem.parquet" "$data/sf10/lineitem.parquet"; do
+    [ -e "$l/lineitem.parquet" ] || { [ -e "$made" ] && ln -sf "$made" "$l/lineitem.parquet"; }
+  done
   [ -e "$l/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$l" > /dev/null 2>&1
   cat "$l/lineitem.parquet" > /dev/null
   echo "$l"
@@ -588,9 +600,8 @@ stage_bench_coverage() {
 # medians of 5; the bounded reads also report their peak device memory, and
 # one of them is checked against arrow-rs.
 stage_batches() {
-  mkdir -p "$data/sf10"
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   cat "$f" > /dev/null
   gpq read "$f" --repeat 2 > /dev/null 2>&1
   note "batches whole: $(timeout 120 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')"
@@ -623,7 +634,7 @@ stage_small_reads() {
   mkdir -p "$data/sf10"
   [ -e "$data/sf10/supplier.parquet" ] || gpq gen -s 10 --tables supplier,nation --out "$data/sf10" > /dev/null 2>&1
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   cat "$data"/sf10/*.parquet > /dev/null
   for t in supplier nation; do
     for mode in auto nvcomp cpu; do
@@ -649,9 +660,8 @@ stage_small_reads() {
 # single columns with and without the footer cache; then the default read
 # checked against arrow-rs.
 stage_overlap() {
-  mkdir -p "$data/sf10"
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   cat "$f" > /dev/null
   gpq read "$f" --repeat 2 > /dev/null 2>&1
   pick() { echo "$1" | grep -E 'stages \(ms\)|overlap:|error' | tr -s ' ' | tr '\n' ';'; }
@@ -680,9 +690,8 @@ stage_overlap() {
 # MANY_AHEAD passes decoded at once (medians of 5); the directory checked
 # against arrow-rs.
 stage_many_files() {
-  mkdir -p "$data/sf10"
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   d=$data/sf10-100files
   [ -d "$d/lineitem" ] || timeout 300 gpq gen -s 10 --tables lineitem --files 100 --out "$d" > /dev/null 2>&1
   cat "$f" "$d"/lineitem/*.parquet > /dev/null
@@ -703,9 +712,7 @@ stage_many_files() {
 # argument list separated by '|' (SF10 lineitem, SNAPPY and ZSTD, made where
 # missing).
 stage_debug_read() {
-  mkdir -p "$data/sf10" "$data/sf10-zstd"
-  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
-  [ -e "$data/sf10-zstd/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --compression 'zstd(1)' --out "$data/sf10-zstd" > /dev/null 2>&1
+  sf10_lineitem zstd
   IFS='|' read -ra lists <<< "${DEBUG_READ_ARGS:-$data/sf10/lineitem.parquet --repeat 2}"
   k=0
   for args in "${lists[@]}"; do
@@ -722,12 +729,10 @@ stage_debug_read() {
 # without it (row-group statistics only): the scan's bytes_read against the
 # file's column bytes, and the query's time (SEL_RUNS runs in one process).
 stage_sorted_selection() {
-  mkdir -p "$data/sf10" "$data/sf10-sorted"
-  [ -e "$data/sf10/lineitem.parquet" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  mkdir -p "$data/sf10-sorted"
   s=$data/sf10-sorted/lineitem.parquet
   if [ ! -e "$s" ]; then
-    mkdir -p "$data/sf10-only" && ln -sf "$data/sf10/lineitem.parquet" "$data/sf10-only/lineitem.parquet"
-    /usr/bin/time -f '%e' -o "$OUT/sort-wall" timeout 500 gpq sql --backend cpu --data "$data/sf10-only" \
+    /usr/bin/time -f '%e' -o "$OUT/sort-wall" timeout 500 gpq sql --backend cpu --data "$(sf10_lineitem_dir)" \
       "COPY (SELECT * FROM lineitem ORDER BY l_shipdate) TO '$s.tmp.parquet' STORED AS PARQUET OPTIONS ('format.compression' 'snappy')" > "$OUT/sort.log" 2>&1 \
       && mv "$s.tmp.parquet" "$s"
     note "sorted-selection: sorted copy written in $(cat "$OUT/sort-wall") s ($(tail -3 "$OUT/sort.log" | head -1))"
@@ -754,7 +759,7 @@ stage_sorted_selection() {
 # stages' time goes, per kernel name.
 stage_kernel_times() {
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   cat "$f" > /dev/null
   timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv ${KT_ARGS:-} gpq read "$f" --groups 1 > "$OUT/kernel-times.csv" 2> "$OUT/kernel-times.err"
   note "kernel-times: rc=$?"
@@ -779,9 +784,8 @@ stage_check_kernel() {
   # NVRTC), with the variants in $CHECK_VARIANTS (files replacing
   # check_compressed.cu) beside the source's; CHECK_NCU=1 adds a profile of
   # the source's kernel (one launch) to the logs.
-  mkdir -p "$data/sf10"
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   python3 scripts/bench_check_kernel.py "$f" src/gpu/kernels ${CHECK_VARIANTS:-} > "$OUT/check-kernel.log" 2>&1
   note "check-kernel: rc=$?"; cat "$OUT/check-kernel.log" | tee -a "$summary"
   if [ "${CHECK_NCU:-0}" = 1 ]; then
@@ -804,9 +808,8 @@ stage_python() {
   note "python install: rc=$? ($(ls "$work"/wheels | tr '\n' ' '))"
   export PYTHONPATH=$py:$PWD/crates/gpq-python/tests
   export GPQ_NVCOMP_WORKER=$work/bin/gpq-nvcomp-worker
-  mkdir -p "$data/sf10"
   f=$data/sf10/lineitem.parquet
-  [ -e "$f" ] || gpq gen -s 10 --tables lineitem --out "$data/sf10" > /dev/null 2>&1
+  sf10_lineitem
   cat "$f" > /dev/null
   GPQ_LINEITEM=$f timeout 900 python3 -m pytest -v -p no:cacheprovider crates/gpq-python/tests > "$OUT/python-tests.log" 2>&1
   note "python tests: $(tail -1 "$OUT/python-tests.log")"
