@@ -238,8 +238,9 @@ stage_page_checks() {
   # (SNAPPY and ZSTD): reads with and without it, alternating, same process
   # state; PAGE_CHECK_ROUNDS rounds (3), and the group counts of
   # PAGE_CHECK_GROUPS beside the default grouping; each setting of
-  # PAGE_CHECK_ENVS (e.g. "GPQ_WORKER_GROUP_TURNS=0") adds a checked read
-  # of the default grouping with that variable set; PAGE_CHECK_DATA: the
+  # PAGE_CHECK_ENVS (e.g. "GPQ_ZSTD_DECODER=nvcomp,GPQ_SKIP_PAGE_CHECKS=1",
+  # variables joined by commas) adds a read of the default grouping with
+  # those variables set; PAGE_CHECK_DATA: the
   # data sets (sf10 sf10-zstd).
   sf10_lineitem zstd
   for d in ${PAGE_CHECK_DATA:-sf10 sf10-zstd}; do
@@ -256,8 +257,9 @@ stage_page_checks() {
         done
       done
       for setting in ${PAGE_CHECK_ENVS:-}; do
-        line=$(env "$setting" timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
-        note "page-checks $(basename "$(dirname "$f")") round $round groups=default checks=on $setting: $line"
+        # shellcheck disable=SC2046  # one setting may be several VAR=value joined by commas
+        line=$(env $(echo "$setting" | tr ',' ' ') timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
+        note "page-checks $(basename "$(dirname "$f")") round $round groups=default $setting: $line"
       done
     done
   done

@@ -10,6 +10,7 @@
 //! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
 //! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
 //! | `GPQ_VERIFY_PAGE_CHECKSUMS=1` | [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums) | off |
+//! | `GPQ_ZSTD_DECODER` (`gpq`, `nvcomp`) | [`ReadOptions::zstd_decoder`](crate::ReadOptions::zstd_decoder) | `gpq` |
 //! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX), `jit` (always NVRTC, for kernel development) or `ptx` (always the prebuilt PTX, for testing that path) | `auto` |
 //! | `GPQ_KERNEL_CACHE` | directory of kernels compiled by NVRTC | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
@@ -94,6 +95,9 @@ fn read_options() -> Result<ReadOptions> {
     }
     if let Some(d) = flag("GPQ_VERIFY_PAGE_CHECKSUMS")? {
         o.verify_page_checksums = d;
+    }
+    if let Some(v) = var("GPQ_ZSTD_DECODER") {
+        o.zstd_decoder = v.parse()?;
     }
     Ok(o)
 }

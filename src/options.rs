@@ -173,10 +173,36 @@ pub enum DecompressMode {
     /// `fallback` says which batches went to the CPU and why.
     #[default]
     Auto,
-    /// nvCOMP only; a codec or machine it cannot serve is an error.
+    /// The device only: nvCOMP, or gpq's own ZSTD decoder; a codec or
+    /// machine neither can serve is an error.
     Nvcomp,
     /// The CPU only.
     Cpu,
+}
+
+/// Who decompresses ZSTD pages on the device ([`ReadOptions::zstd_decoder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZstdDecoder {
+    /// gpq's own decoder: it checks every step of the format as it decodes,
+    /// so no input can make it read or write out of bounds or run on; a page
+    /// it does not accept goes to the CPU decoder, whose verdict stands.
+    #[default]
+    Gpq,
+    /// nvCOMP, which trusts its input: in the worker process while page
+    /// checks are on, in this process when
+    /// [`ReadOptions::skip_compressed_page_checks`] is set.
+    Nvcomp,
+}
+
+impl std::str::FromStr for ZstdDecoder {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gpq" | "" => Ok(ZstdDecoder::Gpq),
+            "nvcomp" => Ok(ZstdDecoder::Nvcomp),
+            o => Err(Error::InvalidOptions(format!("unknown ZSTD decoder {o:?}; expected gpq or nvcomp"))),
+        }
+    }
 }
 
 impl std::str::FromStr for DecompressMode {
@@ -211,13 +237,17 @@ pub struct ReadOptions {
     /// can justify, which every read checks).
     pub device_memory_limit: Option<u64>,
     /// Trust the compressed pages: hand SNAPPY and LZ4_RAW pages to nvCOMP
-    /// without the device's structural check, and decompress the ZSTD and
-    /// GZIP pages (which gpq cannot check on the device) with nvCOMP in this
-    /// process instead of in the isolated worker process (or on the CPU where
-    /// there is no worker). Fastest, and only for input you trust: on corrupt
-    /// data nvCOMP reads out of bounds (the CUDA context is lost for the rest
-    /// of the process) or never finishes. Default `false`.
+    /// without the device's structural check, and decompress GZIP pages
+    /// (which gpq cannot check on the device) with nvCOMP in this process
+    /// instead of in the isolated worker process (or on the CPU where there
+    /// is no worker); ZSTD pages likewise where
+    /// [`zstd_decoder`](Self::zstd_decoder) is nvCOMP. Only for input you
+    /// trust: on corrupt data nvCOMP reads out of bounds (the CUDA context is
+    /// lost for the rest of the process) or never finishes. Default `false`.
     pub skip_compressed_page_checks: bool,
+    /// Who decompresses ZSTD pages on the device: gpq's own checked decoder
+    /// (the default) or nvCOMP.
+    pub zstd_decoder: ZstdDecoder,
     /// Verify the CRC-32 that writers may put in page headers, on the
     /// device, before decompression; a page that disagrees fails the read
     /// with [`CorruptKind::ChecksumMismatch`](crate::CorruptKind::ChecksumMismatch).
@@ -231,8 +261,8 @@ pub struct ReadOptions {
     /// group per [`OVERLAP_GROUP_BYTES`] of chunks, at most
     /// [`OVERLAP_MAX_GROUPS`], none for a read of less than two groups' bytes.
     /// `Some(1)` reads in one group. Reads cut to a row window always read in
-    /// one group. A read whose pages go to the nvCOMP worker process (ZSTD or
-    /// GZIP with page checks on) chooses at most [`OVERLAP_MAX_WORKER_GROUPS`]:
+    /// one group. A read whose pages go to the nvCOMP worker process (GZIP, or
+    /// ZSTD with [`ZstdDecoder::Nvcomp`], with page checks on) chooses at most [`OVERLAP_MAX_WORKER_GROUPS`]:
     /// the worker's context and this one share the GPU by time slices, and
     /// more groups measured slower (BENCHMARKS.md section 5.8).
     pub overlap_groups: Option<usize>,
@@ -320,6 +350,12 @@ impl ReadOptions {
     /// Choose the decompressor.
     pub fn with_decompress(mut self, mode: DecompressMode) -> Self {
         self.decompress = mode;
+        self
+    }
+
+    /// Choose who decompresses ZSTD pages on the device.
+    pub fn with_zstd_decoder(mut self, decoder: ZstdDecoder) -> Self {
+        self.zstd_decoder = decoder;
         self
     }
 

@@ -39,7 +39,8 @@ impl IoStats {
 /// What decompression did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DecompressStats {
-    /// Pages decompressed by nvCOMP.
+    /// Pages decompressed on the device: by nvCOMP, or by gpq's own ZSTD
+    /// decoder (`device_zstd_pages` of them).
     pub gpu_pages: usize,
     /// Pages decompressed on the CPU.
     pub cpu_pages: usize,
@@ -55,8 +56,12 @@ pub struct DecompressStats {
     /// the CPU decoder instead).
     pub check_rejected: usize,
     /// Of `gpu_pages`, those nvCOMP decompressed in the worker process
-    /// (pages no device check vouches for: ZSTD, GZIP).
+    /// (pages no device check vouches for: GZIP, and ZSTD where
+    /// `GPQ_ZSTD_DECODER=nvcomp`).
     pub isolated_pages: usize,
+    /// Of `gpu_pages`, the ZSTD pages gpq's own checked decoder took (those
+    /// it refused went to the CPU and count in `cpu_pages` and `check_rejected`).
+    pub device_zstd_pages: usize,
 }
 
 impl DecompressStats {
@@ -150,9 +155,11 @@ impl ReadStats {
         let io = self.io.as_ref();
         let checksums =
             if self.checksummed_pages > 0 { format!(", {} page checksums verified", self.checksummed_pages) } else { String::new() };
-        let isolated = match self.decompression.isolated_pages {
-            0 => String::new(),
-            n => format!(", {n} of them in the nvCOMP worker"),
+        let isolated = match (self.decompression.isolated_pages, self.decompression.device_zstd_pages) {
+            (0, 0) => String::new(),
+            (n, 0) => format!(", {n} of them in the nvCOMP worker"),
+            (0, z) => format!(", {z} of them by gpq's ZSTD decoder"),
+            (n, z) => format!(", {n} of them in the nvCOMP worker, {z} by gpq's ZSTD decoder"),
         };
         let setup = if self.setup.context.is_zero() && self.setup.kernels.is_zero() {
             String::new()

@@ -110,22 +110,30 @@ fn worker_expected(ctx: &GpuContext) -> bool {
 }
 
 /// Asserts which decompressor handled a file of `codec` by default. ZSTD
-/// and GZIP pages cannot be checked completely on the device, so they go to
-/// nvCOMP in the worker process, or to the CPU where there is none.
+/// pages go to gpq's own checked decoder on the device (the emulator's
+/// too); GZIP pages cannot be checked completely on the device, so they go
+/// to nvCOMP in the worker process, or to the CPU where there is none.
 fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::DecompressStats) {
     let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::LZ4_RAW);
-    let isolated_codec = matches!(codec, Compression::ZSTD(_) | Compression::GZIP(_));
+    let own_zstd = matches!(codec, Compression::ZSTD(_));
+    let isolated_codec = matches!(codec, Compression::GZIP(_));
     // By default a batch of few large pages goes to the CPU, where it is
     // estimated faster (`large_pages_go_to_the_cpu_by_default`).
     let routed = stats.fallback.as_deref().is_some_and(|f| f.contains("estimated faster on the CPU"));
     match codec {
-        _ if routed && (nvcomp_codec && nvcomp_expected(ctx) || isolated_codec && worker_expected(ctx)) => {
+        _ if routed && (nvcomp_codec && nvcomp_expected(ctx) || isolated_codec && worker_expected(ctx) || own_zstd) => {
             assert!(stats.cpu_pages > 0, "{codec:?}: routed to the CPU, but no CPU pages: {stats:?}");
             assert_eq!(stats.gpu_pages, 0, "{codec:?}: {stats:?}");
         }
         Compression::UNCOMPRESSED => {
             assert_eq!((stats.gpu_pages, stats.cpu_pages), (0, 0), "{codec:?}: {stats:?}");
             assert_eq!(stats.path(), "none");
+        }
+        _ if own_zstd => {
+            assert!(stats.gpu_pages > 0, "{codec:?}: nothing went to gpq's decoder: {stats:?}");
+            assert_eq!(stats.device_zstd_pages, stats.gpu_pages, "{codec:?}: not all by gpq's decoder: {stats:?}");
+            assert_eq!((stats.cpu_pages, stats.isolated_pages, stats.check_rejected), (0, 0, 0), "{codec:?}: {stats:?}");
+            assert!(stats.fallback.is_none(), "{codec:?}: {stats:?}");
         }
         _ if nvcomp_codec && nvcomp_expected(ctx) => {
             assert!(stats.gpu_pages > 0, "{codec:?}: nothing went to nvCOMP: {stats:?}");
@@ -427,21 +435,22 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
         // Auto: BROTLI and Hadoop LZ4 fall back, the rest go to nvCOMP where it is.
         let t = assert_same(&path, &ReadOptions::new());
         assert_decompression(ctx, codec, &t.stats().decompression);
-        // Trusted input: ZSTD pages go to nvCOMP unchecked.
-        if matches!(codec, Compression::ZSTD(_)) && nvcomp_expected(ctx) {
+        // Trusted input: ZSTD pages still go to gpq's decoder on the device.
+        if matches!(codec, Compression::ZSTD(_)) {
             let mut trusted = ReadOptions::new();
             trusted.skip_compressed_page_checks = true;
             let t = assert_same(&path, &trusted);
             let d = &t.stats().decompression;
-            assert!(d.gpu_pages > 0 && d.cpu_pages == 0, "{codec:?} trusted: {d:?}");
+            assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.device_zstd_pages == d.gpu_pages, "{codec:?} trusted: {d:?}");
         }
-        // Forcing nvCOMP where it cannot serve (or not safely) is an error, not a silent fallback.
+        // Forcing the device where it cannot serve (or not safely) is an error, not a silent fallback.
+        // gpq's ZSTD decoder serves ZSTD wherever there is a device; nvCOMP serves SNAPPY where it is.
         let forced = read_parquet_to_device(&path, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp));
-        let nvcomp_codec = matches!(codec, Compression::SNAPPY) || (matches!(codec, Compression::ZSTD(_)) && worker_expected(ctx));
+        let served = matches!(codec, Compression::ZSTD(_)) || (matches!(codec, Compression::SNAPPY) && nvcomp_expected(ctx));
         match forced {
-            Ok(t) if nvcomp_codec && nvcomp_expected(ctx) => assert_eq!(t.stats().decompression.cpu_pages, 0),
+            Ok(t) if served => assert_eq!(t.stats().decompression.cpu_pages, 0),
             Ok(t) => panic!("{codec:?}: nvCOMP forced, but {:?}", t.stats().decompression),
-            Err(Error::Nvcomp(_)) => assert!(!(nvcomp_codec && nvcomp_expected(ctx)), "{codec:?}: nvCOMP refused"),
+            Err(Error::Nvcomp(_)) => assert!(!served, "{codec:?}: the device refused"),
             Err(e) => panic!("{codec:?}: expected an nvCOMP error, got {e}"),
         }
     }

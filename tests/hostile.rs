@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "snappy_check_reasons_match_a_sequential_walk", snappy_check_reasons_match_a_sequential_walk),
         gpu_trial(&device, "lz4_check_accepts_only_what_decodes", lz4_check_accepts_only_what_decodes),
         gpu_trial(&device, "zstd_check_accepts_every_valid_frame", zstd_check_accepts_every_valid_frame),
+        gpu_trial(&device, "zstd_decoder_agrees_with_the_library", zstd_decoder_agrees_with_the_library),
         gpu_trial(&device, "regression_pages_and_the_device_check", regression_pages_and_the_device_check),
         gpu_trial(&device, "regressions_are_quick_typed_errors", regressions_are_quick_typed_errors),
         gpu_trial(&device, "memory_budget_is_enforced", memory_budget_is_enforced),
@@ -292,6 +293,86 @@ fn zstd_check_accepts_every_valid_frame(ctx: &Arc<GpuContext>) {
     assert!(rejected > 50);
 }
 
+/// What arrow-rs makes of a ZSTD page: the zstd library's streaming
+/// decoder (every frame in a row), and the size must be the promised one.
+fn zstd_reference(bytes: &[u8], promised: u64) -> Option<Vec<u8>> {
+    zstd::stream::decode_all(bytes).ok().filter(|d| d.len() as u64 == promised)
+}
+
+/// gpq's own ZSTD decoder: frames of every level (one block or many, raw,
+/// RLE and compressed blocks, predefined, RLE, FSE and repeated tables,
+/// one or four Huffman streams), frames in a row and skippable frames
+/// decode to the bytes the zstd library gives; of mutated frames, what it
+/// accepts the library decodes to the same bytes, and what it refuses goes
+/// to the CPU decoder (refusing is always safe; accepting wrongly is not).
+fn zstd_decoder_agrees_with_the_library(ctx: &Arc<GpuContext>) {
+    let emulated = ctx.is_emulated();
+    let mut r = Rng::new(11);
+    let mut inputs = inputs();
+    // Several blocks: repeats far apart, text, and runs, past 128 KiB.
+    let mut big: Vec<u8> = Vec::new();
+    while big.len() < if emulated { 300_000 } else { 2_000_000 } {
+        match r.below(3) {
+            0 => big.extend((0..r.below(3000)).map(|_| r.below(16) as u8 + b'a')),
+            1 => big.extend(std::iter::repeat_n(r.next() as u8, r.below(2000) as usize)),
+            _ => {
+                let from = r.below(big.len() as u64 + 1) as usize;
+                let len = (r.below(5000) as usize).min(big.len() - from);
+                big.extend_from_slice(&big[from..from + len].to_vec());
+            }
+        }
+    }
+    inputs.push(big);
+    let mutations = if emulated { 6 } else { 60 };
+    let mut cases: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = Vec::new(); // bytes, promised, the input it must give
+    for input in &inputs {
+        for level in [-5, 1, 3, 9, 19, 22] {
+            let c = zstd::bulk::compress(input, level).unwrap();
+            cases.push((c.clone(), input.len() as u64, Some(input.clone())));
+            for _ in 0..mutations {
+                let (m, promised) = mutate(&mut r, &c, input.len() as u64);
+                cases.push((m, promised, None));
+            }
+        }
+    }
+    // Two frames in a row, and a skippable frame in front of one.
+    let (a, b) = (&inputs[0][..5000], &inputs[3][..7000]);
+    let mut two = zstd::bulk::compress(a, 3).unwrap();
+    two.extend(zstd::bulk::compress(b, 1).unwrap());
+    cases.push((two, (a.len() + b.len()) as u64, Some([a, b].concat())));
+    let mut skippable = vec![0x5A, 0x2A, 0x4D, 0x18, 3, 0, 0, 0, 1, 2, 3];
+    skippable.extend(zstd::bulk::compress(b, 3).unwrap());
+    cases.push((skippable, b.len() as u64, Some(b.to_vec())));
+    // A frame with a content checksum: refused (the checksum is left to the CPU).
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    enc.include_checksum(true).unwrap();
+    std::io::Write::write_all(&mut enc, a).unwrap();
+    let checksummed = enc.finish().unwrap();
+    let checksummed_case = cases.len();
+    cases.push((checksummed, a.len() as u64, None));
+
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _)| (b.as_slice(), *n)).collect();
+    let got = gpq::decode::unzstd_pages(&stream(ctx), &pages).unwrap();
+    let (mut accepted_mutants, mut refused) = (0, 0);
+    for (k, ((bytes, promised, want), (verdict, out))) in cases.iter().zip(&got).enumerate() {
+        if let Some(want) = want {
+            assert_eq!(*verdict, 0, "case {k}: a frame zstd wrote ({} bytes for {promised}) is refused", bytes.len());
+            assert!(out == want, "case {k}: a frame zstd wrote decodes to other bytes");
+            continue;
+        }
+        if *verdict == 0 {
+            let reference = zstd_reference(bytes, *promised);
+            assert!(reference.as_deref() == Some(out.as_slice()), "case {k}: accepted, but the zstd library says otherwise");
+            accepted_mutants += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    assert_ne!(got[checksummed_case].0, 0, "a checksummed frame is left to the CPU");
+    eprintln!("zstd decoder: {} cases, {refused} refused, {accepted_mutants} mutated frames accepted (each as the library decodes it)", cases.len());
+    assert!(refused > 20);
+}
+
 /// Which pages of the compressed regression inputs the device check stops
 /// before nvCOMP: the corrupt SNAPPY page must be among them.
 fn regression_pages_and_the_device_check(ctx: &Arc<GpuContext>) {
@@ -452,7 +533,8 @@ fn zstd_hang_costs_only_the_worker(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let good = write_sample(&dir.path().join("good-zstd.parquet"), 3000, 1000, Compression::ZSTD(ZstdLevel::default()));
     let expected = arrow_rs(&good).unwrap();
-    let nvcomp = ReadOptions::new().with_decompress(gpq::DecompressMode::Nvcomp);
+    // (ZSTD pages go to gpq's own decoder by default; nvCOMP is asked for.)
+    let nvcomp = ReadOptions::new().with_decompress(gpq::DecompressMode::Nvcomp).with_zstd_decoder(gpq::ZstdDecoder::Nvcomp);
     let read = |what: &str| {
         // (nvCOMP asked for, so that the worker runs whatever the default's estimate would choose.)
         let t = read_parquet_to_device(&good, &nvcomp).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -15,13 +15,14 @@
 //! process cannot even exit). So before nvCOMP runs, the
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
-//! to the CPU decoder, whose verdict stands. ZSTD and GZIP pages cannot be
-//! checked completely on the device (the ZSTD check covers headers and
-//! sizes, not the entropy-coded payload, where a corrupt page made nvCOMP
-//! loop for ever), so they go to nvCOMP in a worker process (`isolated`),
-//! where a fault or a hang costs only the worker, or to the CPU where there
-//! is none, unless the caller trusts the input
-//! (`ReadOptions::skip_compressed_page_checks`). The sizes pages promise are
+//! to the CPU decoder, whose verdict stands. ZSTD pages go to gpq's own
+//! decoder (`gpq_unzstd`), which checks every step as it decodes and hands
+//! any page it does not accept to the CPU decoder likewise; it needs neither
+//! nvCOMP nor a check in front (`ReadOptions::zstd_decoder` can choose nvCOMP).
+//! GZIP pages cannot be checked completely on the device, so they go to
+//! nvCOMP in a worker process (`isolated`), where a fault or a hang costs
+//! only the worker, or to the CPU where there is none, unless the caller
+//! trusts the input (`ReadOptions::skip_compressed_page_checks`). The sizes pages promise are
 //! checked against the footer before anything is allocated, and the wait for
 //! nvCOMP has a deadline: a kernel still running then is reported as a lost
 //! context (`GpuContext::lose`) instead of a read that never returns.
@@ -42,7 +43,7 @@ use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::io::DeviceChunks;
-use crate::options::DecompressMode;
+use crate::options::{DecompressMode, ZstdDecoder};
 use crate::plan::ReadPlan;
 use crate::stats::DecompressStats;
 
@@ -100,12 +101,14 @@ fn nvcomp_deadline(output_bytes: u64) -> Duration {
 }
 
 /// Decompresses every compressed page of `table`. With `check_pages`, pages
-/// pass the device's structural check before nvCOMP sees them.
+/// pass the device's structural check before nvCOMP sees them; `zstd` says
+/// who takes ZSTD pages.
 pub(crate) fn decompress(
     chunks: &DeviceChunks,
     table: &PageTable,
     mode: DecompressMode,
     check_pages: bool,
+    zstd: ZstdDecoder,
 ) -> Result<Decompressed> {
     table.check_source(chunks)?;
     let (plan, raw, stream) = (chunks.plan(), chunks.buffer(), chunks.stream());
@@ -193,7 +196,13 @@ pub(crate) fn decompress(
     let mut cpu: Vec<&Job> = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     let worker = if check_pages { isolated::worker_path().map(|_| ()) } else { Ok(()) };
+    let own_zstd = mode != DecompressMode::Cpu && zstd == ZstdDecoder::Gpq;
+    let mut device_zstd: Vec<&Job> = Vec::new();
     for j in &jobs {
+        if own_zstd && matches!(j.codec, Compression::ZSTD(_)) {
+            device_zstd.push(j);
+            continue;
+        }
         match (&lib, Codec::for_parquet(j.codec)) {
             (Ok(l), Some(c @ (Codec::Gzip | Codec::Zstd))) if check_pages && worker.is_ok() && l.supports(c) => {
                 isolated_jobs.entry(c).or_default().push(j);
@@ -250,6 +259,19 @@ pub(crate) fn decompress(
                 false
             });
         }
+        if !device_zstd.is_empty() {
+            let shape = route::BatchShape {
+                pages: device_zstd.len(),
+                input_bytes: device_zstd.iter().map(|j| j.input_len as u64).sum(),
+                output_bytes: device_zstd.iter().map(|j| j.out_len as u64).sum(),
+                largest_output: device_zstd.iter().map(|j| j.out_len as u64).max().unwrap_or(0),
+            };
+            if let Some(why) = route::prefer_cpu(Codec::Zstd, false, threads, &shape) {
+                info!(reason = %why, "decompressing a batch on the CPU");
+                routed.push(why);
+                cpu.append(&mut device_zstd);
+            }
+        }
     }
     if !cpu.is_empty() {
         if !reasons.is_empty() {
@@ -278,6 +300,15 @@ pub(crate) fn decompress(
 
     let mut checks: Vec<(Codec, Vec<usize>, DeviceBuffer)> = Vec::new();
     let nvcomp_started = Instant::now();
+    let own_zstd_verdicts = if device_zstd.is_empty() {
+        None
+    } else {
+        device_zstd.sort_by(|a, b| b.out_len.cmp(&a.out_len));
+        let verdicts = decode_zstd(stream, &kernels, &buffer, &device_zstd, &mut scratch, &mut hold)?;
+        stats.gpu_pages += device_zstd.len();
+        stats.device_zstd_pages = device_zstd.len();
+        Some(verdicts)
+    };
     if let Ok(l) = &lib {
         for (codec, mut list) in gpu {
             list.sort_by(|a, b| b.out_len.cmp(&a.out_len));
@@ -369,6 +400,17 @@ pub(crate) fn decompress(
             if let Some(p) = problem {
                 gpu_errors.push(p);
                 retry.push(job);
+            }
+        }
+    }
+    if let Some(d_verdicts) = own_zstd_verdicts {
+        let verdicts: Vec<u32> = from_bytes(&d_verdicts.to_host()?);
+        for (j, &v) in device_zstd.iter().zip(&verdicts) {
+            if v != 0 {
+                stats.check_rejected += 1;
+                stats.device_zstd_pages -= 1;
+                gpu_errors.push(format!("ZSTD page refused by gpq's device decoder: {}", nvcomp::check_reason(v)));
+                retry.push(j);
             }
         }
     }
@@ -638,6 +680,86 @@ fn check_on_device(
     unsafe { kernels.launch(Kernel::CheckCompressed, count.div_ceil(4), 128, 0, stream, &mut a)? };
     keep.push(d_empty);
     Ok(())
+}
+
+/// Queues gpq's ZSTD decoder (`gpq_unzstd`) over `list`, writing each
+/// page's values at its slot of `buffer`; returns the buffer its verdicts
+/// (a `CheckReason` per page of `list`, 0 for decoded) will be in once the
+/// stream is synchronized.
+fn decode_zstd(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    buffer: &DeviceBuffer,
+    list: &[&Job],
+    keep: &mut Vec<DeviceBuffer>,
+    hold: &mut Vec<Vec<u8>>,
+) -> Result<DeviceBuffer> {
+    let n = list.len();
+    let mut host: Vec<u64> = Vec::with_capacity(4 * n);
+    host.extend(list.iter().map(|j| j.input));
+    host.extend(list.iter().map(|j| j.input_len as u64));
+    host.extend(list.iter().map(|j| j.out_len as u64));
+    host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
+    let d_args = upload(stream, as_bytes(&host), "ZSTD decoder arguments", hold)?;
+    let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "ZSTD decoder verdicts")?;
+    launch_unzstd(stream, kernels, &d_args, n, d_verdicts.ptr())?;
+    keep.push(d_args);
+    Ok(d_verdicts)
+}
+
+/// Launches `gpq_unzstd` over `n` pages whose packed arguments are in `args`.
+fn launch_unzstd(stream: &Arc<GpuStream>, kernels: &Kernels, args: &DeviceBuffer, n: usize, verdicts: u64) -> Result<()> {
+    let count = u32::try_from(n).map_err(|_| Error::Internal(format!("{n} ZSTD pages in one launch")))?;
+    let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(verdicts);
+    // SAFETY: arguments match gpq_unzstd: `args` holds 4n u64s (inputs,
+    // input sizes, output sizes, outputs) addressing live buffers that stay
+    // alive until the stream is synchronized, `verdicts` n u32s. One warp a
+    // page, UNZSTD_WARPS = 2 warps a block.
+    unsafe { kernels.launch(Kernel::Unzstd, count.div_ceil(2), 64, 0, stream, &mut a) }
+}
+
+/// gpq's ZSTD decoder alone, over host pages, each (compressed bytes,
+/// promised size): per page its verdict (0: decoded) and output (for tests).
+#[cfg(feature = "test-util")]
+pub(crate) fn unzstd_standalone(stream: &Arc<GpuStream>, pages: &[(&[u8], u64)]) -> Result<Vec<(u32, Vec<u8>)>> {
+    let n = pages.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut blob = Vec::new();
+    let mut offsets = Vec::with_capacity(n);
+    for (bytes, _) in pages {
+        offsets.push(blob.len() as u64);
+        blob.extend_from_slice(bytes);
+    }
+    let mut out_offsets = Vec::with_capacity(n);
+    let mut out_total = 0u64;
+    for (_, out) in pages {
+        out_offsets.push(out_total);
+        out_total += out.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+    }
+    // One extra byte so that an empty blob still allocates.
+    blob.push(0);
+    let d_blob = DeviceBuffer::from_host(stream, &blob, "test pages")?;
+    let d_out = DeviceBuffer::alloc(stream, out_total.max(1), "test outputs")?;
+    d_out.fill(stream, 0)?;
+    let mut host: Vec<u64> = offsets.iter().map(|o| d_blob.ptr() + o).collect();
+    host.extend(pages.iter().map(|(b, _)| b.len() as u64));
+    host.extend(pages.iter().map(|(_, out)| *out));
+    host.extend(out_offsets.iter().map(|o| d_out.ptr() + o));
+    let d_args = DeviceBuffer::from_host(stream, as_bytes(&host), "test arguments")?;
+    let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "test verdicts")?;
+    let kernels = Kernels::for_context(stream.context())?;
+    launch_unzstd(stream, &kernels, &d_args, n, d_verdicts.ptr())?;
+    stream.synchronize()?;
+    let verdicts: Vec<u32> = from_bytes(&d_verdicts.to_host()?);
+    let out = d_out.to_host()?;
+    Ok(verdicts
+        .iter()
+        .zip(pages)
+        .zip(&out_offsets)
+        .map(|((&v, (_, len)), &o)| (v, out[o as usize..(o + len) as usize].to_vec()))
+        .collect())
 }
 
 /// The device check alone, over host pages (for tests).

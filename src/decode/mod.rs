@@ -315,7 +315,7 @@ pub(crate) fn prepare(chunks: &DeviceChunks, recipes: &[ColumnRecipes], options:
     let page_headers = t.elapsed();
 
     let t = Instant::now();
-    let dec = decompress::decompress(chunks, &table, mode, check_pages)?;
+    let dec = decompress::decompress(chunks, &table, mode, check_pages, options.zstd_decoder)?;
     Ok(Prepared { table, dec, page_headers, decompress: t.elapsed(), checksummed_pages })
 }
 
@@ -381,6 +381,7 @@ impl Pages {
             d.decompressed_bytes += s.decompressed_bytes;
             d.check_rejected += s.check_rejected;
             d.isolated_pages += s.isolated_pages;
+            d.device_zstd_pages += s.device_zstd_pages;
             if d.nvcomp_version.is_none() {
                 d.nvcomp_version.clone_from(&s.nvcomp_version);
             }
@@ -538,7 +539,7 @@ pub fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
 /// Stage 2 alone: decompresses every page of `table` (`test-util`).
 #[cfg(feature = "test-util")]
 pub fn decompress_pages(chunks: &DeviceChunks, table: &PageTable, mode: crate::DecompressMode) -> Result<Decompressed> {
-    decompress::decompress(chunks, table, mode, true)
+    decompress::decompress(chunks, table, mode, true, crate::options::ZstdDecoder::default())
 }
 
 /// The compressed pages of `table` as nvCOMP would get them: (plan chunk,
@@ -584,6 +585,15 @@ pub fn check_compressed_pages(
     decompress::check_standalone(stream, codec, pages)
 }
 
+/// Runs gpq's ZSTD decoder over `pages`, each (compressed bytes, promised
+/// uncompressed size), on `stream`'s device; returns per page its verdict
+/// (`0`: decoded to exactly the promised size, else the check's reason) and
+/// its output bytes (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn unzstd_pages(stream: &std::sync::Arc<crate::cuda::GpuStream>, pages: &[(&[u8], u64)]) -> Result<Vec<(u32, Vec<u8>)>> {
+    decompress::unzstd_standalone(stream, pages)
+}
+
 /// Stage 3 alone: decodes decompressed pages into device columns (`test-util`).
 #[cfg(feature = "test-util")]
 pub fn decode_values(chunks: &DeviceChunks, table: &PageTable, pages: &Decompressed) -> Result<Vec<DecodedColumn>> {
@@ -612,10 +622,16 @@ pub fn nvcomp_worker_path() -> std::result::Result<std::path::PathBuf, String> {
 }
 
 /// Whether reading `plan` with `options` sends pages to the nvCOMP worker:
-/// ZSTD or GZIP chunks, page checks on, nvCOMP allowed.
+/// GZIP chunks (or ZSTD ones for [`ZstdDecoder::Nvcomp`](crate::ZstdDecoder::Nvcomp)), page checks
+/// on, nvCOMP allowed.
 pub(crate) fn needs_nvcomp_worker(plan: &ReadPlan, options: &ReadOptions) -> bool {
     use parquet::basic::Compression;
+    let zstd_in_worker = options.zstd_decoder == crate::options::ZstdDecoder::Nvcomp;
     !options.skip_compressed_page_checks
         && options.decompress != crate::options::DecompressMode::Cpu
-        && plan.chunks.iter().any(|c| matches!(c.codec, Compression::ZSTD(_) | Compression::GZIP(_)))
+        && plan.chunks.iter().any(|c| match c.codec {
+            Compression::GZIP(_) => true,
+            Compression::ZSTD(_) => zstd_in_worker,
+            _ => false,
+        })
 }

@@ -50,6 +50,8 @@ pub enum Kernel {
     BatchedCopy,
     /// Structural checks of compressed pages before nvCOMP (`check_compressed.cu`).
     CheckCompressed,
+    /// ZSTD decompression, checked at every step (`unzstd.cu`).
+    Unzstd,
     /// Repetition and definition levels of nested leaves (`nesting.cu`).
     DecodeLevels,
     /// Slots per tile of level positions (`nesting.cu`).
@@ -86,7 +88,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 29] = [
+    pub const ALL: [Kernel; 30] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -100,6 +102,7 @@ impl Kernel {
         Kernel::DeltaByteArrayValues,
         Kernel::BatchedCopy,
         Kernel::CheckCompressed,
+        Kernel::Unzstd,
         Kernel::DecodeLevels,
         Kernel::NestCount,
         Kernel::NestApply,
@@ -134,6 +137,7 @@ impl Kernel {
             Kernel::DeltaByteArrayValues => "gpq_delta_byte_array_values",
             Kernel::BatchedCopy => "gpq_batched_copy",
             Kernel::CheckCompressed => "gpq_check_compressed",
+            Kernel::Unzstd => "gpq_unzstd",
             Kernel::DecodeLevels => "gpq_decode_levels",
             Kernel::NestCount => "gpq_nest_count",
             Kernel::NestApply => "gpq_nest_apply",
@@ -168,6 +172,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("decode_delta.cu", include_str!("kernels/decode_delta.cu")),
     ("copy.cu", include_str!("kernels/copy.cu")),
     ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
+    ("unzstd.cu", include_str!("kernels/unzstd.cu")),
     ("nesting.cu", include_str!("kernels/nesting.cu")),
     ("views.cu", include_str!("kernels/views.cu")),
     ("scan.cu", include_str!("kernels/scan.cu")),

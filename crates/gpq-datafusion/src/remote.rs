@@ -61,7 +61,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tracing::debug;
 
-use gpq::{DecompressMode, IoOptions, IoPath, ReadOptions};
+use gpq::{DecompressMode, IoOptions, IoPath, ReadOptions, ZstdDecoder};
 
 use crate::exec::{GpqScanExec, ScanBackend, ScanParts};
 use crate::file::{FileStamp, GpqFile, fit_to_table};
@@ -810,6 +810,8 @@ struct ReadSpec {
     verify_page_checksums: bool,
     overlap_groups: Option<usize>,
     string_views: bool,
+    #[serde(default)]
+    zstd_decoder: ZstdDecoderOption,
 }
 
 impl From<&ReadOptions> for ReadSpec {
@@ -825,6 +827,7 @@ impl From<&ReadOptions> for ReadSpec {
             verify_page_checksums,
             overlap_groups,
             string_views,
+            zstd_decoder,
         } = r;
         let IoOptions { path, threads, task_size, merge_gap, direct } = io;
         ReadSpec {
@@ -840,6 +843,7 @@ impl From<&ReadOptions> for ReadSpec {
             verify_page_checksums: *verify_page_checksums,
             overlap_groups: *overlap_groups,
             string_views: *string_views,
+            zstd_decoder: (*zstd_decoder).into(),
         }
     }
 }
@@ -859,6 +863,7 @@ impl From<ReadSpec> for ReadOptions {
             verify_page_checksums,
             overlap_groups,
             string_views,
+            zstd_decoder,
         } = r;
         ReadOptions {
             columns: None,
@@ -877,6 +882,34 @@ impl From<ReadSpec> for ReadOptions {
             verify_page_checksums,
             overlap_groups,
             string_views,
+            zstd_decoder: zstd_decoder.into(),
+        }
+    }
+}
+
+/// [`ZstdDecoder`], serialized (absent in plans from before it existed: gpq's).
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+enum ZstdDecoderOption {
+    #[default]
+    Gpq,
+    Nvcomp,
+}
+
+impl From<ZstdDecoder> for ZstdDecoderOption {
+    fn from(d: ZstdDecoder) -> Self {
+        match d {
+            ZstdDecoder::Gpq => ZstdDecoderOption::Gpq,
+            ZstdDecoder::Nvcomp => ZstdDecoderOption::Nvcomp,
+        }
+    }
+}
+
+impl From<ZstdDecoderOption> for ZstdDecoder {
+    fn from(d: ZstdDecoderOption) -> Self {
+        match d {
+            ZstdDecoderOption::Gpq => ZstdDecoder::Gpq,
+            ZstdDecoderOption::Nvcomp => ZstdDecoder::Nvcomp,
         }
     }
 }

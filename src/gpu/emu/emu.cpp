@@ -23,6 +23,7 @@
 #include "../kernels/decode_delta.cu"
 #include "../kernels/copy.cu"
 #include "../kernels/check_compressed.cu"
+#include "../kernels/unzstd.cu"
 #include "../kernels/nesting.cu"
 #include "../kernels/views.cu"
 #include "../kernels/scan.cu"
@@ -277,6 +278,7 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_delta_byte_array_values) \
   X(gpq_batched_copy)      \
   X(gpq_check_compressed)  \
+  X(gpq_unzstd)            \
   X(gpq_decode_levels)     \
   X(gpq_nest_count)        \
   X(gpq_nest_apply)        \

@@ -1,0 +1,819 @@
+// ZSTD decompression of pages on the device, checked at every step
+// (RFC 8878). nvCOMP's ZSTD decoder trusts its input: a corrupt page can
+// make it read or write out of bounds or never finish, and a check in front
+// of it would have to decode the entropy-coded streams anyway. This decoder
+// does decode them, and every read is bounded by its stream, every write by
+// the page's promised size, every loop by its input or output: a page that
+// breaks any rule of the format (or one this decoder is stricter about than
+// the reference library: dictionaries, checksummed frames, windows over
+// 128 MiB, offsets beyond the window) gets a CheckReason instead, and the
+// host hands it to the CPU decoder, whose verdict stands. So what this
+// kernel accepts, it decodes exactly as the reference library would.
+//
+// One warp per page. Lane 0 parses headers, builds the entropy tables and
+// decodes sequences (each step depends on the one before); up to four lanes
+// decode the Huffman streams of literals side by side; the whole warp copies
+// literals and matches. Literals are decoded into the tail of the page's own
+// output slot: a block's matches never overtake the literals still to be
+// read, because the block's output (literals plus matches) must fit in what
+// is left of the slot, so no scratch memory is needed.
+
+#define UNZSTD_WARPS 2                 // warps (pages) a block: decompress.rs launches 64 threads a block
+#define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
+#define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
+#define ZSTD_SEQ_BATCH 32              // sequences decoded by lane 0 before the warp executes them
+
+// Literal-length and match-length codes: baselines and extra bits (RFC 8878, 3.1.1.3.2.1.1).
+__device__ const u32 ZSTD_LL_BASE[36] = {0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,   16,    18,
+                                         20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
+__device__ const u8 ZSTD_LL_BITS[36] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0,  1,  1,
+                                        1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+__device__ const u32 ZSTD_ML_BASE[53] = {3,  4,  5,  6,  7,  8,  9,  10, 11, 12,  13,  14,  15,  16,   17,   18,   19,   20,
+                                         21, 22, 23, 24, 25, 26, 27, 28, 29, 30,  31,  32,  33,  34,   35,   37,   39,   41,
+                                         43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027, 2051, 4099, 8195, 16387, 32771, 65539};
+__device__ const u8 ZSTD_ML_BITS[53] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+// Predefined distributions (RFC 8878, 3.1.1.3.2.2).
+__device__ const i16 ZSTD_LL_DEFAULT[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 2,
+                                            2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
+__device__ const i16 ZSTD_ML_DEFAULT[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1};
+__device__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
+                                            1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
+
+// One sequence, ready to execute: `ll` literals from the block's literals
+// at index `lit` to output position `at`, then a match of `ml` bytes from
+// `off` bytes back.
+struct ZstdSeq {
+  u32 at, lit, ll, ml, off;
+};
+
+// Everything a warp keeps for its page. The tables outlive a block: a
+// block may repeat the previous block's Huffman or FSE tables.
+struct ZstdWarp {
+  u32 ll_table[512];     // FSE decoding tables: symbol | bits << 8 | next-state base << 16
+  u32 ml_table[512];
+  u32 of_table[256];
+  u32 weight_table[64];  // FSE table of Huffman weights
+  u16 huf[4096];         // Huffman decoding table: symbol | bits << 8
+  i16 norm[256];         // scratch: normalized counts
+  u16 next[256];         // scratch: next state per symbol
+  u8 weights[256];       // scratch: Huffman weights
+  ZstdSeq seq[ZSTD_SEQ_BATCH];
+  // Lane 0's plans for the warp, read by every lane after a __syncwarp.
+  u32 reason;            // CheckReason, final for the page once set
+  u32 action;            // what the warp does next (ZstdAction)
+  u32 op;                // output position of the action
+  u32 len;               // bytes of a raw or RLE block, literals of the tail copy
+  const u8* src;         // raw block bytes
+  const u8* lits;        // the block's literals (raw in the input, or Huffman-decoded in the output tail)
+  u32 lit_kind;          // 0 raw, 1 RLE, 2 Huffman
+  u32 lit;               // index of the first literal of the tail copy
+  u32 lit_at;            // output offset of Huffman-decoded literals
+  u8 rle;
+  u32 nseq;              // sequences in `seq`
+  u32 streams;           // Huffman streams of the literals (0: none)
+  u32 huf_log;
+  u32 stream_at[4], stream_len[4];   // input offsets and sizes of the streams
+  u32 stream_out[4], stream_count[4];  // output positions and symbol counts
+  u32 stream_reason[4];
+};
+
+enum ZstdAction : u32 {
+  ZSTD_DONE = 0,        // the page is finished (reason says how)
+  ZSTD_COPY_RAW = 1,    // copy `len` bytes from `src` to `op`
+  ZSTD_FILL_RLE = 2,    // write `len` copies of `rle` at `op`
+  ZSTD_LITERALS = 3,    // decode the Huffman streams
+  ZSTD_SEQUENCES = 4,   // execute `nseq` sequences
+  ZSTD_TAIL = 5,        // copy the last `len` literals from `src` (or RLE) to `op`
+};
+
+GPQ_DEVICE u32 zstd_highbit(u32 v) { return 31 - __clz(v); }   // v > 0
+
+// 8 bytes of p[0, len) from byte `at` on, little-endian, zero past the end.
+GPQ_DEVICE u64 zstd_load8(const u8* p, u32 len, u32 at) {
+  u64 v = 0;
+  for (u32 k = 0; k < 8; k++) {
+    u32 q = at + k;
+    if (q < len) v |= (u64)p[q] << (8 * k);
+  }
+  return v;
+}
+
+// A backward bitstream (RFC 8878, 4.1): read from its end towards its start,
+// after the padding bits of its last byte. Bits before the start read as
+// zeros; `pos` then goes negative, which is an error for every stream the
+// format has except the Huffman weights' (whose end is found that way).
+struct ZstdBits {
+  const u8* p;
+  u32 len;
+  i32 pos;   // bits not yet read: [0, pos)
+  i32 lo;    // `win` holds stream bits [lo, lo + 64)
+  u64 win;
+  GPQ_DEVICE void refill() {
+    i32 top = (pos + 7) >> 3;
+    i32 start = top > 8 ? top - 8 : 0;
+    win = zstd_load8(p, len, (u32)start);
+    lo = 8 * start;
+  }
+  // Fails on an empty stream or one whose last byte holds no end marker.
+  GPQ_DEVICE bool init(const u8* stream, u32 n) {
+    p = stream;
+    len = n;
+    if (n == 0 || stream[n - 1] == 0) return false;
+    pos = 8 * (i32)(n - 1) + (i32)zstd_highbit(stream[n - 1]);
+    refill();
+    return true;
+  }
+  GPQ_DEVICE u32 peek(u32 n) {   // n <= 32
+    i32 from = pos - (i32)n;
+    if (from < lo && lo > 0) refill();
+    if (from >= lo) return (u32)((win >> (from - lo)) & ((1ull << n) - 1));
+    if (pos <= 0) return 0;
+    return (u32)((win & ((1ull << pos) - 1)) << (n - (u32)pos));   // lo == 0: zeros below the start
+  }
+  GPQ_DEVICE void skip(u32 n) { pos -= (i32)n; }
+  GPQ_DEVICE u32 read(u32 n) {
+    u32 v = peek(n);
+    pos -= (i32)n;
+    return v;
+  }
+};
+
+// Reads an FSE table description (RFC 8878, 4.1.1) from p[0, avail):
+// normalized counts into `norm`, with the largest symbol and the accuracy.
+// `used` is set to the bytes it takes.
+GPQ_DEVICE u32 zstd_read_ncount(const u8* p, u32 avail, i16* norm, u32 max_symbol, u32 max_log, u32& max_sv, u32& log,
+                                u32& used) {
+  if (avail == 0) return CHECK_TRUNCATED;
+  u64 bit = 0;
+  u64 limit = 8ull * avail;
+  auto get = [&](u32 n) -> u32 {   // the next n <= 16 bits, zeros past the input
+    u32 byte = (u32)(bit >> 3), shift = (u32)(bit & 7);
+    u32 v = 0;
+    for (u32 k = 0; k < 4; k++)
+      if (byte + k < avail) v |= (u32)p[byte + k] << (8 * k);
+    return (v >> shift) & ((1u << n) - 1);
+  };
+  u32 nb = get(4) + 5;
+  bit = 4;
+  if (nb > max_log) return CHECK_BAD_HEADER;
+  log = nb;
+  i32 remaining = (1 << nb) + 1, threshold = 1 << nb;
+  nb++;
+  u32 symbol = 0;
+  bool previous0 = false;
+  while (remaining > 1 && symbol <= max_symbol) {
+    if (bit > limit) return CHECK_TRUNCATED;
+    if (previous0) {
+      u32 zeros = symbol;
+      for (;;) {   // each pass consumes 2 bits and the run is bounded by max_symbol
+        u32 flag = get(2);
+        bit += 2;
+        if (bit > limit) return CHECK_TRUNCATED;
+        zeros += flag;
+        if (zeros > max_symbol + 1) return CHECK_BAD_HEADER;
+        if (flag != 3) break;
+      }
+      if (zeros > max_symbol) return CHECK_BAD_HEADER;
+      while (symbol < zeros) norm[symbol++] = 0;
+    }
+    i32 max = (2 * threshold - 1) - remaining;
+    u32 v = get(nb);
+    i32 count;
+    if ((i32)(v & (threshold - 1)) < max) {
+      count = (i32)(v & (threshold - 1));
+      bit += nb - 1;
+    } else {
+      count = (i32)(v & (2 * threshold - 1));
+      if (count >= threshold) count -= max;
+      bit += nb;
+    }
+    count--;
+    remaining -= count < 0 ? -count : count;
+    norm[symbol++] = (i16)count;
+    previous0 = count == 0;
+    while (remaining < threshold) {
+      nb--;
+      threshold >>= 1;
+    }
+  }
+  if (remaining != 1 || bit > limit) return CHECK_BAD_HEADER;
+  max_sv = symbol - 1;
+  used = (u32)((bit + 7) >> 3);
+  return CHECK_OK;
+}
+
+// Builds an FSE decoding table of 2^log entries from normalized counts.
+GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, u16* next) {
+  u32 size = 1u << log, high = size - 1;
+  for (u32 s = 0; s <= max_sv; s++) {
+    if (norm[s] == -1) {
+      if (high == 0) return CHECK_BAD_HEADER;
+      table[high--] = s;
+      next[s] = 1;
+    } else {
+      next[s] = (u16)norm[s];
+    }
+  }
+  u32 step = (size >> 1) + (size >> 3) + 3, mask = size - 1, pos = 0;
+  for (u32 s = 0; s <= max_sv; s++) {
+    for (i32 k = 0; k < norm[s]; k++) {
+      table[pos] = s;
+      u32 guard = 0;
+      do {
+        pos = (pos + step) & mask;
+      } while (pos > high && ++guard < size);
+    }
+  }
+  if (pos != 0) return CHECK_BAD_HEADER;
+  for (u32 u = 0; u < size; u++) {
+    u32 s = table[u] & 0xff;
+    u32 state = next[s]++;
+    if (state == 0) return CHECK_BAD_HEADER;
+    u32 bits = log - zstd_highbit(state);
+    u32 base = (state << bits) - size;
+    table[u] = s | (bits << 8) | (base << 16);
+  }
+  return CHECK_OK;
+}
+
+// The FSE table of one sequence symbol kind (literal lengths, offsets or
+// match lengths) for `mode`, from p[0, avail); `used` is set to the bytes
+// its description takes.
+GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 mode, const i16* defaults, u32 default_count, u32 default_log,
+                              u32 max_symbol, u32 max_log, bool& have, u32& log, const u8* p, u32 avail, u32& used) {
+  used = 0;
+  if (mode == 0) {   // predefined
+    for (u32 s = 0; s < default_count; s++) z.norm[s] = defaults[s];
+    log = default_log;
+    u32 r = zstd_build_fse(table, z.norm, default_count - 1, default_log, z.next);
+    have = r == CHECK_OK;
+    return r;
+  }
+  if (mode == 1) {   // RLE: one symbol, no bits
+    if (avail < 1) return CHECK_TRUNCATED;
+    if (p[0] > max_symbol) return CHECK_BAD_HEADER;
+    table[0] = p[0];
+    log = 0;
+    used = 1;
+    have = true;
+    return CHECK_OK;
+  }
+  if (mode == 2) {   // FSE-compressed
+    u32 max_sv = 0;
+    u32 r = zstd_read_ncount(p, avail, z.norm, max_symbol, max_log, max_sv, log, used);
+    if (r) return r;
+    r = zstd_build_fse(table, z.norm, max_sv, log, z.next);
+    have = r == CHECK_OK;
+    return r;
+  }
+  return have ? CHECK_OK : CHECK_BAD_HEADER;   // repeat the previous block's table
+}
+
+// Reads a Huffman tree description (RFC 8878, 4.2.1) from p[0, avail) and
+// fills z.huf; `used` is set to the bytes it takes.
+GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log, u32& used) {
+  if (avail < 1) return CHECK_TRUNCATED;
+  u32 header = p[0], count = 0;
+  if (header < 128) {   // FSE-compressed weights
+    u32 size = header;
+    if (size + 1 > avail || size == 0) return CHECK_TRUNCATED;
+    u32 max_sv = 0, wlog = 0, nc = 0;
+    u32 r = zstd_read_ncount(p + 1, size, z.norm, 255, 6, max_sv, wlog, nc);
+    if (r) return r;
+    r = zstd_build_fse(z.weight_table, z.norm, max_sv, wlog, z.next);
+    if (r) return r;
+    ZstdBits b;
+    if (nc >= size || !b.init(p + 1 + nc, size - nc)) return CHECK_BAD_HEADER;
+    u32 s1 = b.read(wlog), s2 = b.read(wlog);
+    // Two states take turns; the weights end where the stream runs out
+    // (the state read past its start gives no weight, the other one does).
+    for (;;) {
+      if (count > 253) return CHECK_BAD_HEADER;
+      u32 e = z.weight_table[s1];
+      z.weights[count++] = (u8)e;
+      s1 = (e >> 16) + b.read((e >> 8) & 0xff);
+      if (b.pos < 0) {
+        z.weights[count++] = (u8)z.weight_table[s2];
+        break;
+      }
+      if (count > 253) return CHECK_BAD_HEADER;
+      e = z.weight_table[s2];
+      z.weights[count++] = (u8)e;
+      s2 = (e >> 16) + b.read((e >> 8) & 0xff);
+      if (b.pos < 0) {
+        z.weights[count++] = (u8)z.weight_table[s1];
+        break;
+      }
+    }
+    used = 1 + size;
+  } else {   // 4-bit weights
+    count = header - 127;
+    u32 size = (count + 1) / 2;
+    if (size + 1 > avail) return CHECK_TRUNCATED;
+    for (u32 k = 0; k < count; k++) {
+      u8 b = p[1 + k / 2];
+      z.weights[k] = k % 2 == 0 ? b >> 4 : b & 15;
+    }
+    used = 1 + size;
+  }
+  // The last weight is implied: it completes the total to a power of two.
+  u32 total = 0, rank1 = 0;
+  for (u32 k = 0; k < count; k++) {
+    u32 w = z.weights[k];
+    if (w > 12) return CHECK_BAD_HEADER;
+    total += (1u << w) >> 1;
+    rank1 += w == 1;
+  }
+  if (total == 0) return CHECK_BAD_HEADER;
+  log = zstd_highbit(total) + 1;
+  if (log > 12) return CHECK_BAD_HEADER;
+  u32 rest = (1u << log) - total;
+  u32 last = zstd_highbit(rest) + 1;
+  if ((1u << (last - 1)) != rest) return CHECK_BAD_HEADER;
+  z.weights[count++] = (u8)last;
+  rank1 += last == 1;
+  if (rank1 < 2 || (rank1 & 1)) return CHECK_BAD_HEADER;
+  // Codes by weight, lightest first, then by symbol: each symbol of weight
+  // w fills 2^(w-1) entries of the 2^log table.
+  u32 start[13];
+  for (u32 w = 0; w < 13; w++) start[w] = 0;
+  for (u32 s = 0; s < count; s++) start[z.weights[s]]++;   // counts first, then where each weight's codes begin
+  u32 at = 0;
+  for (u32 w = 1; w <= 12; w++) {
+    u32 n = start[w];
+    start[w] = at;
+    at += n << (w - 1);
+  }
+  for (u32 s = 0; s < count; s++) {
+    u32 w = z.weights[s];
+    if (w == 0) continue;
+    u32 n = 1u << (w - 1), at = start[w];
+    u16 e = (u16)(s | ((log + 1 - w) << 8));
+    for (u32 k = 0; k < n; k++) z.huf[at + k] = e;
+    start[w] = at + n;
+  }
+  return CHECK_OK;
+}
+
+// What lane 0 keeps of a page between steps.
+struct ZstdPage {
+  const u8* in;
+  u32 in_len, out_len;
+  u32 ip, op;                // input and output positions
+  u32 frame_start, window, block_max;
+  u64 fcs;
+  bool has_fcs, last_block, in_frame;
+  bool lit_table, seq_tables;  // tables a block may repeat
+  u32 ll_log, of_log, ml_log, huf_log;
+  u32 rep[3];
+  // The block being decoded.
+  u32 block_end, block_start_op;
+  u32 lit_size, lit_at;      // literal count and where they are in the output tail
+  const u8* lit_src;         // raw literals in the input (null: in the output tail or RLE)
+  u8 lit_rle;
+  u32 lit_kind;              // 0 raw, 1 RLE, 2 Huffman
+  u32 lit_used;              // literals consumed
+  u32 matched;               // match bytes of the block so far
+  u32 seq_left;
+  ZstdBits bits;
+  u32 ll_state, of_state, ml_state;
+};
+
+// Parses a frame header at p.ip (or skips a skippable frame).
+GPQ_DEVICE u32 zstd_frame_header(ZstdPage& p) {
+  const u8* in = p.in;
+  for (;;) {
+    if (p.ip == p.in_len) return CHECK_OK;   // no more frames
+    if (p.in_len - p.ip < 5) return CHECK_TRUNCATED;
+    u32 magic = in[p.ip] | (in[p.ip + 1] << 8) | (in[p.ip + 2] << 16) | ((u32)in[p.ip + 3] << 24);
+    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) {   // skippable frame
+      if (p.in_len - p.ip < 8) return CHECK_TRUNCATED;
+      u32 size = in[p.ip + 4] | (in[p.ip + 5] << 8) | (in[p.ip + 6] << 16) | ((u32)in[p.ip + 7] << 24);
+      if (size > p.in_len - p.ip - 8) return CHECK_TRUNCATED;
+      p.ip += 8 + size;
+      continue;
+    }
+    if (magic != 0xFD2FB528u) return CHECK_BAD_HEADER;
+    u32 fhd = in[p.ip + 4];
+    p.ip += 5;
+    u32 fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, checksum = (fhd >> 2) & 1, dict = fhd & 3;
+    if (fhd & 8) return CHECK_BAD_HEADER;
+    if (checksum) return CHECK_UNSUPPORTED;   // the content checksum is left to the CPU decoder
+    u64 window = 0;
+    if (!single) {
+      if (p.ip >= p.in_len) return CHECK_TRUNCATED;
+      u32 wd = in[p.ip++];
+      u32 wlog = 10 + (wd >> 3);
+      if (wlog > 27) return CHECK_UNSUPPORTED;
+      window = (1ull << wlog) + ((1ull << wlog) >> 3) * (wd & 7);
+    }
+    if (dict) {
+      u32 n = dict == 3 ? 4 : dict;
+      if (p.in_len - p.ip < n) return CHECK_TRUNCATED;
+      u32 id = 0;
+      for (u32 k = 0; k < n; k++) id |= (u32)in[p.ip + k] << (8 * k);
+      p.ip += n;
+      if (id != 0) return CHECK_UNSUPPORTED;
+    }
+    u32 fcs_len = fcs_flag == 0 ? single : fcs_flag == 1 ? 2 : fcs_flag == 2 ? 4 : 8;
+    p.has_fcs = fcs_len > 0;
+    p.fcs = 0;
+    if (fcs_len) {
+      if (p.in_len - p.ip < fcs_len) return CHECK_TRUNCATED;
+      for (u32 k = 0; k < fcs_len; k++) p.fcs |= (u64)in[p.ip + k] << (8 * k);
+      p.ip += fcs_len;
+      if (fcs_len == 2) p.fcs += 256;
+      if (p.fcs > p.out_len - p.op) return CHECK_OUTPUT_OVERRUN;
+    }
+    if (single) window = p.fcs;
+    if (window > ZSTD_WINDOW_LIMIT) return CHECK_UNSUPPORTED;
+    p.window = (u32)window;
+    p.block_max = p.window < ZSTD_BLOCK_LIMIT ? p.window : ZSTD_BLOCK_LIMIT;
+    p.frame_start = p.op;
+    p.in_frame = true;
+    p.last_block = false;
+    p.lit_table = p.seq_tables = false;
+    p.rep[0] = 1;
+    p.rep[1] = 4;
+    p.rep[2] = 8;
+    return CHECK_OK;
+  }
+}
+
+// Lane 0: parses the next block (or frame) and plans the warp's next action.
+GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
+  const u8* in = p.in;
+  if (!p.in_frame || p.last_block) {
+    if (p.in_frame) {   // the frame just ended
+      if (p.has_fcs && p.op - p.frame_start != p.fcs) return CHECK_SIZE_MISMATCH;
+      p.in_frame = false;
+    }
+    u32 r = zstd_frame_header(p);
+    if (r) return r;
+    if (!p.in_frame) {   // all input consumed
+      if (p.op != p.out_len) return CHECK_SIZE_MISMATCH;
+      z.action = ZSTD_DONE;
+      return CHECK_OK;
+    }
+  }
+  if (p.in_len - p.ip < 3) return CHECK_TRUNCATED;
+  u32 bh = in[p.ip] | (in[p.ip + 1] << 8) | (in[p.ip + 2] << 16);
+  p.ip += 3;
+  p.last_block = bh & 1;
+  u32 type = (bh >> 1) & 3, size = bh >> 3;
+  if (type == 3) return CHECK_BAD_HEADER;
+  if (type < 2) {   // raw or RLE: the size is the output
+    if (size > p.block_max) return CHECK_BAD_HEADER;
+    if (size > p.out_len - p.op) return CHECK_OUTPUT_OVERRUN;
+    u32 stored = type == 0 ? size : 1;
+    if (stored > p.in_len - p.ip) return CHECK_TRUNCATED;
+    z.action = type == 0 ? ZSTD_COPY_RAW : ZSTD_FILL_RLE;
+    z.src = in + p.ip;
+    z.rle = type == 1 ? in[p.ip] : 0;
+    z.op = p.op;
+    z.len = size;
+    p.ip += stored;
+    p.op += size;
+    return CHECK_OK;
+  }
+  // Compressed block.
+  if (size > p.block_max) return CHECK_BAD_HEADER;
+  if (size > p.in_len - p.ip) return CHECK_TRUNCATED;
+  if (size < 2) return CHECK_BAD_HEADER;
+  const u8* b = in + p.ip;
+  p.block_end = p.ip + size;
+  p.block_start_op = p.op;
+  u32 room = p.out_len - p.op < p.block_max ? p.out_len - p.op : p.block_max;   // the block's output at most
+  // Literals section header.
+  u32 h0 = b[0], ltype = h0 & 3, fmt = (h0 >> 2) & 3, at = 0;
+  u32 lit_size = 0;
+  z.streams = 0;
+  if (ltype < 2) {
+    if (fmt == 0 || fmt == 2) { lit_size = h0 >> 3; at = 1; }
+    else if (fmt == 1) { lit_size = (h0 | (b[1] << 8)) >> 4; at = 2; }
+    else { if (size < 3) return CHECK_TRUNCATED; lit_size = (h0 | (b[1] << 8) | (b[2] << 16)) >> 4; at = 3; }
+    if (lit_size > room) return CHECK_OUTPUT_OVERRUN;
+    u32 stored = ltype == 0 ? lit_size : 1;
+    if (at + stored > size) return CHECK_TRUNCATED;
+    p.lit_kind = ltype;
+    p.lit_src = ltype == 0 ? b + at : nullptr;
+    p.lit_rle = ltype == 1 ? b[at] : 0;
+    at += stored;
+  } else {
+    if (ltype == 3 && !p.lit_table) return CHECK_BAD_HEADER;
+    if (size < 5) return CHECK_TRUNCATED;
+    u32 hlen = fmt <= 1 ? 3 : fmt == 2 ? 4 : 5;
+    u64 h = 0;
+    for (u32 k = 0; k < hlen; k++) h |= (u64)b[k] << (8 * k);
+    u32 bits = fmt <= 1 ? 10 : fmt == 2 ? 14 : 18;
+    lit_size = (u32)((h >> 4) & ((1u << bits) - 1));
+    u32 csize = (u32)((h >> (4 + bits)) & ((1u << bits) - 1));
+    u32 streams = fmt == 0 ? 1 : 4;
+    if (lit_size > room) return CHECK_OUTPUT_OVERRUN;
+    if (streams == 4 && lit_size < 6) return CHECK_BAD_HEADER;
+    if (hlen + csize > size) return CHECK_TRUNCATED;
+    u32 tree = 0;
+    if (ltype == 2) {
+      u32 r = zstd_huffman_table(z, b + hlen, csize, p.huf_log, tree);
+      if (r) return r;
+      p.lit_table = true;
+    }
+    u32 s0 = hlen + tree, rest = csize - tree;   // the streams
+    p.lit_kind = 2;
+    p.lit_src = nullptr;
+    p.lit_at = p.out_len - lit_size;
+    z.huf_log = p.huf_log;
+    z.streams = streams;
+    if (streams == 1) {
+      z.stream_at[0] = p.ip + s0;
+      z.stream_len[0] = rest;
+      z.stream_out[0] = p.lit_at;
+      z.stream_count[0] = lit_size;
+    } else {
+      if (rest < 10) return CHECK_BAD_HEADER;
+      const u8* jt = b + s0;
+      u32 l1 = jt[0] | (jt[1] << 8), l2 = jt[2] | (jt[3] << 8), l3 = jt[4] | (jt[5] << 8);
+      if (l1 + l2 + l3 + 6 > rest) return CHECK_TRUNCATED;
+      u32 l4 = rest - 6 - l1 - l2 - l3;
+      u32 seg = (lit_size + 3) / 4;
+      if (3 * seg > lit_size) return CHECK_BAD_HEADER;
+      u32 lens[4] = {l1, l2, l3, l4};
+      u32 from = p.ip + s0 + 6;
+      for (u32 k = 0; k < 4; k++) {
+        z.stream_at[k] = from;
+        z.stream_len[k] = lens[k];
+        z.stream_out[k] = p.lit_at + k * seg;
+        z.stream_count[k] = k < 3 ? seg : lit_size - 3 * seg;
+        from += lens[k];
+      }
+    }
+    at = hlen + csize;
+  }
+  p.lit_size = lit_size;
+  p.lit_used = 0;
+  p.matched = 0;
+  if (p.lit_kind != 2) p.lit_at = 0;
+  // Sequences section header.
+  if (at >= size) return CHECK_TRUNCATED;
+  u32 nseq = b[at++];
+  if (nseq >= 128) {
+    if (nseq == 255) {
+      if (at + 2 > size) return CHECK_TRUNCATED;
+      nseq = (b[at] | (b[at + 1] << 8)) + 0x7F00;
+      at += 2;
+    } else {
+      if (at >= size) return CHECK_TRUNCATED;
+      nseq = ((nseq - 128) << 8) + b[at++];
+    }
+  }
+  p.seq_left = nseq;
+  if (nseq > 0) {
+    if (at >= size) return CHECK_TRUNCATED;
+    u32 modes = b[at++];
+    if (modes & 3) return CHECK_BAD_HEADER;
+    u32 used = 0, r;
+    bool have_ll = p.seq_tables, have_of = p.seq_tables, have_ml = p.seq_tables;
+    r = zstd_seq_table(z, z.ll_table, modes >> 6, ZSTD_LL_DEFAULT, 36, 6, 35, 9, have_ll, p.ll_log, b + at, size - at, used);
+    if (r) return r;
+    at += used;
+    r = zstd_seq_table(z, z.of_table, (modes >> 4) & 3, ZSTD_OF_DEFAULT, 29, 5, 31, 8, have_of, p.of_log, b + at, size - at, used);
+    if (r) return r;
+    at += used;
+    r = zstd_seq_table(z, z.ml_table, (modes >> 2) & 3, ZSTD_ML_DEFAULT, 53, 6, 52, 9, have_ml, p.ml_log, b + at, size - at, used);
+    if (r) return r;
+    at += used;
+    p.seq_tables = true;
+    if (at > size || !p.bits.init(b + at, size - at)) return CHECK_BAD_HEADER;
+    p.ll_state = p.bits.read(p.ll_log);
+    p.of_state = p.bits.read(p.of_log);
+    p.ml_state = p.bits.read(p.ml_log);
+  } else {
+    if (at != size) return CHECK_BAD_HEADER;
+    p.bits.len = 0;
+    p.bits.pos = 0;
+  }
+  z.lit_kind = p.lit_kind;
+  z.lits = p.lit_kind == 0 ? p.lit_src : nullptr;
+  z.rle = p.lit_rle;
+  z.lit_at = p.lit_at;
+  z.action = z.streams ? ZSTD_LITERALS : ZSTD_SEQUENCES;
+  z.nseq = 0;
+  return CHECK_OK;
+}
+
+// Lane 0: decodes the next batch of sequences into z.seq (or, once there
+// are none left, plans the copy of the remaining literals).
+GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
+  u32 room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
+  u32 n = 0;
+  while (n < ZSTD_SEQ_BATCH && p.seq_left > 0) {
+    u32 lle = z.ll_table[p.ll_state], ofe = z.of_table[p.of_state], mle = z.ml_table[p.ml_state];
+    u32 llc = lle & 0xff, ofc = ofe & 0xff, mlc = mle & 0xff;
+    if (llc > 35 || mlc > 52 || ofc > 31) return CHECK_BAD_HEADER;
+    u32 ofv = (1u << ofc) + p.bits.read(ofc);
+    u32 ml = ZSTD_ML_BASE[mlc] + p.bits.read(ZSTD_ML_BITS[mlc]);
+    u32 ll = ZSTD_LL_BASE[llc] + p.bits.read(ZSTD_LL_BITS[llc]);
+    u32 off;
+    if (ofv > 3) {
+      off = ofv - 3;
+      p.rep[2] = p.rep[1];
+      p.rep[1] = p.rep[0];
+      p.rep[0] = off;
+    } else {
+      u32 idx = ofv - 1 + (ll == 0);   // 0..3
+      if (idx == 0) {
+        off = p.rep[0];
+      } else {
+        off = idx == 3 ? p.rep[0] - 1 : p.rep[idx];
+        if (idx != 1) p.rep[2] = p.rep[1];
+        p.rep[1] = p.rep[0];
+        p.rep[0] = off;
+      }
+    }
+    p.seq_left--;
+    if (p.seq_left > 0) {
+      p.ll_state = (lle >> 16) + p.bits.read((lle >> 8) & 0xff);
+      p.ml_state = (mle >> 16) + p.bits.read((mle >> 8) & 0xff);
+      p.of_state = (ofe >> 16) + p.bits.read((ofe >> 8) & 0xff);
+    }
+    if (p.bits.pos < 0) return CHECK_TRUNCATED;
+    // Checks, in the reference library's order.
+    if (ll > p.lit_size - p.lit_used) return CHECK_TRUNCATED;
+    if ((u64)p.matched + ml + p.lit_size > room) return CHECK_OUTPUT_OVERRUN;
+    u32 at = p.block_start_op + p.lit_used + p.matched;
+    u32 before = at + ll - p.frame_start;   // output of the frame before the match
+    if (off == 0 || off > before || off > p.window) return CHECK_BAD_OFFSET;
+    ZstdSeq& s = z.seq[n++];
+    s.at = at;
+    s.lit = p.lit_used;
+    s.ll = ll;
+    s.ml = ml;
+    s.off = off;
+    p.lit_used += ll;
+    p.matched += ml;
+  }
+  if (n > 0) {
+    z.action = ZSTD_SEQUENCES;
+    z.nseq = n;
+    return CHECK_OK;
+  }
+  // No sequences left: the stream must be used up exactly, then the
+  // remaining literals follow the last match.
+  if (p.bits.pos != 0) return CHECK_BAD_HEADER;
+  u32 left = p.lit_size - p.lit_used;
+  u32 at = p.block_start_op + p.lit_used + p.matched;
+  z.action = ZSTD_TAIL;
+  z.op = at;
+  z.len = left;
+  z.lit = p.lit_used;
+  p.op = at + left;
+  p.ip = p.block_end;
+  return CHECK_OK;
+}
+
+// The warp: copies `len` bytes from src to dst, dst <= src or the two apart.
+// Every lane loads before any stores, chunk by chunk, so a forward overlap
+// (the literals' tail moving down) reads each byte before it is overwritten.
+GPQ_DEVICE void zstd_copy_down(u8* dst, const u8* src, u32 len, u32 lane) {
+  for (u32 b = 0; b < len; b += 32) {
+    u32 j = b + lane;
+    u8 v = j < len ? src[j] : 0;
+    __syncwarp();
+    if (j < len) dst[j] = v;
+  }
+  __syncwarp();
+}
+
+GPQ_DEVICE void zstd_fill(u8* dst, u8 v, u32 len, u32 lane) {
+  for (u32 j = lane; j < len; j += 32) dst[j] = v;
+  __syncwarp();
+}
+
+// The warp: a match of `ml` bytes at out[at] from `off` bytes back. The
+// source is all written already; a match longer than its offset repeats the
+// last `off` bytes.
+GPQ_DEVICE void zstd_match(u8* out, u32 at, u32 ml, u32 off, u32 lane) {
+  const u8* src = out + at - off;
+  if (off >= ml) {
+    for (u32 j = lane; j < ml; j += 32) out[at + j] = src[j];
+  } else {
+    u32 r = lane % off, step = 32 % off;
+    for (u32 j = lane; j < ml; j += 32) {
+      out[at + j] = src[r];
+      r += step;
+      if (r >= off) r -= off;
+    }
+  }
+  __syncwarp();
+}
+
+// One lane: decodes a Huffman stream of `count` literals to out[at...].
+GPQ_DEVICE u32 zstd_huffman_stream(const u16* huf, u32 log, const u8* in, u32 len, u8* out, u32 count) {
+  ZstdBits b;
+  if (!b.init(in, len)) return CHECK_BAD_HEADER;
+  for (u32 k = 0; k < count; k++) {
+    u32 e = huf[b.peek(log)];
+    out[k] = (u8)e;
+    b.skip(e >> 8);
+    if (b.pos < 0) return CHECK_TRUNCATED;
+  }
+  return b.pos == 0 ? CHECK_OK : CHECK_BAD_HEADER;
+}
+
+// The whole warp decodes one page; returns its CheckReason.
+GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out_len, u32 lane) {
+  ZstdPage p;   // meaningful in lane 0 only
+  if (lane == 0) {
+    p.in = in;
+    p.in_len = in_len;
+    p.out_len = out_len;
+    p.ip = p.op = 0;
+    p.in_frame = p.last_block = false;
+    p.lit_table = p.seq_tables = false;
+    p.huf_log = p.ll_log = p.of_log = p.ml_log = 0;
+    p.lit_kind = 0;
+    p.bits.len = 0;
+    p.bits.pos = 0;
+    z.reason = in_len == 0 ? CHECK_TRUNCATED : CHECK_OK;
+    z.action = ZSTD_DONE;
+    if (z.reason == CHECK_OK) {
+      z.reason = zstd_plan_block(z, p);
+      if (z.reason == CHECK_OK && z.action == ZSTD_DONE) z.reason = CHECK_SIZE_MISMATCH;   // no frame at all
+    }
+  }
+  __syncwarp();
+  // Every step: all lanes read the plan, act on it, and lane 0 plans the
+  // next one. Each plan consumes input or output, so the loop ends.
+  for (;;) {
+    u32 reason = z.reason, action = z.action;
+    if (reason != CHECK_OK || action == ZSTD_DONE) {
+      __syncwarp();
+      return reason;
+    }
+    u32 op = z.op, len = z.len;
+    if (action == ZSTD_COPY_RAW) {
+      zstd_copy_down(out + op, z.src, len, lane);
+    } else if (action == ZSTD_FILL_RLE) {
+      zstd_fill(out + op, z.rle, len, lane);
+    } else if (action == ZSTD_LITERALS) {
+      if (lane < z.streams) {
+        z.stream_reason[lane] = zstd_huffman_stream(z.huf, z.huf_log, in + z.stream_at[lane], z.stream_len[lane],
+                                                    out + z.stream_out[lane], z.stream_count[lane]);
+      }
+      __syncwarp();
+    } else if (action == ZSTD_SEQUENCES || action == ZSTD_TAIL) {
+      u32 kind = z.lit_kind;
+      const u8* lits = kind == 2 ? out + z.lit_at : z.lits;
+      u8 rle = z.rle;
+      auto literals = [&](u32 at, u32 from, u32 n) {
+        if (n == 0) return;
+        if (kind == 1) zstd_fill(out + at, rle, n, lane);
+        else zstd_copy_down(out + at, lits + from, n, lane);
+      };
+      if (action == ZSTD_TAIL) {
+        literals(op, z.lit, len);
+      } else {
+        u32 n = z.nseq;
+        for (u32 k = 0; k < n; k++) {
+          ZstdSeq s = z.seq[k];
+          literals(s.at, s.lit, s.ll);
+          zstd_match(out, s.at + s.ll, s.ml, s.off, lane);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) {
+      u32 r = CHECK_OK;
+      if (action == ZSTD_LITERALS) {
+        for (u32 k = 0; k < z.streams && r == CHECK_OK; k++) r = z.stream_reason[k];
+        z.rle = p.lit_rle;
+        if (r == CHECK_OK) r = zstd_decode_sequences(z, p);
+      } else if (action == ZSTD_SEQUENCES) {
+        r = zstd_decode_sequences(z, p);
+      } else {
+        r = zstd_plan_block(z, p);
+      }
+      z.reason = r;
+    }
+    __syncwarp();
+  }
+}
+
+// One warp per page (UNZSTD_WARPS pages per block of 32 * UNZSTD_WARPS
+// threads). `args` holds nvCOMP's packed argument arrays: input addresses,
+// input sizes, output sizes and output addresses, `num_pages` each.
+// `reasons[i]` gets page i's CheckReason: 0 when its output is complete.
+extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS) gpq_unzstd(const u64* args, u32 num_pages, u32* reasons) {
+  __shared__ ZstdWarp warps[UNZSTD_WARPS];
+  u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  u32 i = blockIdx.x * UNZSTD_WARPS + warp;
+  if (warp >= UNZSTD_WARPS || i >= num_pages) return;   // whole warps leave together
+  const u8* in = (const u8*)args[i];
+  u64 in_len = args[num_pages + i], out_len = args[2 * (u64)num_pages + i];
+  u8* out = (u8*)args[3 * (u64)num_pages + i];
+  u32 r = in_len >= (1ull << 31) || out_len >= (1ull << 31) ? (u32)CHECK_UNSUPPORTED
+                                                            : zstd_page(warps[warp], in, (u32)in_len, out, (u32)out_len, lane);
+  if (lane == 0) reasons[i] = r;
+}
