@@ -6,22 +6,31 @@
 // the page's promised size, every loop by its input or output: a page that
 // breaks any rule of the format (or one this decoder is stricter about than
 // the reference library: dictionaries, checksummed frames, windows over
-// 128 MiB, offsets beyond the window) gets a CheckReason instead, and the
-// host hands it to the CPU decoder, whose verdict stands. So what this
-// kernel accepts, it decodes exactly as the reference library would.
+// 128 MiB, offsets beyond the window, Huffman codes of 12 bits) gets a
+// CheckReason instead, and the host hands it to the CPU decoder, whose
+// verdict stands. So what this kernel accepts, it decodes exactly as the
+// reference library would.
 //
 // One warp per page. Lane 0 parses headers, builds the entropy tables and
-// decodes sequences (each step depends on the one before); up to four lanes
-// decode the Huffman streams of literals side by side; the whole warp copies
-// literals and matches. Literals are decoded into the tail of the page's own
-// output slot: a block's matches never overtake the literals still to be
-// read, because the block's output (literals plus matches) must fit in what
-// is left of the slot, so no scratch memory is needed.
+// decodes sequences, 32 at a time (each step depends on the one before); up
+// to four lanes decode the Huffman streams of literals side by side; the
+// bitstreams are read from windows the warp stages in shared memory, so the
+// serial decoders wait on shared memory, not on global loads. A batch of
+// sequences is executed a sequence per lane, in waves: a sequence whose
+// match reads output of an earlier sequence of the batch waits for that
+// one's wave; long sequences are copied by the whole warp. Literals are
+// decoded into the tail of the page's own output slot: a block's matches
+// never overtake the literals still to be read, because the block's output
+// (literals plus matches) must fit in what is left of the slot, so no
+// scratch memory is needed.
 
 #define UNZSTD_WARPS 2                 // warps (pages) a block: decompress.rs launches 64 threads a block
 #define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
 #define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
 #define ZSTD_SEQ_BATCH 32              // sequences decoded by lane 0 before the warp executes them
+#define ZSTD_SEQ_WINDOW 512            // staged bytes of the sequence bitstream (a batch reads at most 360)
+#define ZSTD_HUF_WINDOW 256            // staged bytes of each Huffman stream per round
+#define ZSTD_LANE_COPY 256             // sequences longer than this are copied by the whole warp
 
 // Literal-length and match-length codes: baselines and extra bits (RFC 8878, 3.1.1.3.2.1.1).
 __device__ const u32 ZSTD_LL_BASE[36] = {0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,   16,    18,
@@ -45,7 +54,7 @@ __device__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 
 // at index `lit` to output position `at`, then a match of `ml` bytes from
 // `off` bytes back.
 struct ZstdSeq {
-  u32 at, lit, ll, ml, off;
+  u32 at, lit, ll, ml, off, wave;
 };
 
 // Everything a warp keeps for its page. The tables outlive a block: a
@@ -55,11 +64,17 @@ struct ZstdWarp {
   u32 ml_table[512];
   u32 of_table[256];
   u32 weight_table[64];  // FSE table of Huffman weights
-  u16 huf[4096];         // Huffman decoding table: symbol | bits << 8
+  u16 huf[2048];         // Huffman decoding table: symbol | bits << 8 (RFC 8878: at most 11 bits)
   i16 norm[256];         // scratch: normalized counts
   u16 next[256];         // scratch: next state per symbol
   u8 weights[256];       // scratch: Huffman weights
   ZstdSeq seq[ZSTD_SEQ_BATCH];
+  u8 seq_window[ZSTD_SEQ_WINDOW];         // sequence bitstream bytes [seq_lo, seq_hi)
+  u8 huf_window[4][ZSTD_HUF_WINDOW];      // Huffman stream bytes [huf_lo[s], huf_hi[s])
+  const u8* seq_src;
+  i32 seq_lo, seq_hi;
+  const u8* huf_src[4];
+  i32 huf_lo[4], huf_hi[4];
   // Lane 0's plans for the warp, read by every lane after a __syncwarp.
   u32 reason;            // CheckReason, final for the page once set
   u32 action;            // what the warp does next (ZstdAction)
@@ -72,6 +87,7 @@ struct ZstdWarp {
   u32 lit_at;            // output offset of Huffman-decoded literals
   u8 rle;
   u32 nseq;              // sequences in `seq`
+  u32 waves;             // waves of `seq` (the largest wave plus one)
   u32 streams;           // Huffman streams of the literals (0: none)
   u32 huf_log;
   u32 stream_at[4], stream_len[4];   // input offsets and sizes of the streams
@@ -110,16 +126,38 @@ struct ZstdBits {
   i32 pos;   // bits not yet read: [0, pos)
   i32 lo;    // `win` holds stream bits [lo, lo + 64)
   u64 win;
-  GPQ_DEVICE void refill() {
+  const u8* staged;   // stream bytes [staged_lo, staged_hi) in shared memory, or null
+  i32 staged_lo, staged_hi;
+  // The byte the next refill starts at.
+  GPQ_DEVICE i32 refill_start() const {
     i32 top = (pos + 7) >> 3;
-    i32 start = top > 8 ? top - 8 : 0;
-    win = zstd_load8(p, len, (u32)start);
+    return top > 8 ? top - 8 : 0;
+  }
+  GPQ_DEVICE void refill() {
+    i32 start = refill_start();
+    if (staged && start >= staged_lo) {
+      // Bytes at or past staged_hi lie above `pos`: never read, zero here.
+      u64 v = 0;
+      for (i32 k = 0; k < 8; k++) {
+        i32 q = start + k;
+        if (q < staged_hi) v |= (u64)staged[q - staged_lo] << (8 * k);
+      }
+      win = v;
+    } else {
+      win = zstd_load8(p, len, (u32)start);
+    }
     lo = 8 * start;
+  }
+  // Whether peeking n bits needs no byte outside the staged window.
+  GPQ_DEVICE bool staged_enough(u32 n) const {
+    return pos - (i32)n >= lo || lo == 0 || (staged && refill_start() >= staged_lo);
   }
   // Fails on an empty stream or one whose last byte holds no end marker.
   GPQ_DEVICE bool init(const u8* stream, u32 n) {
     p = stream;
     len = n;
+    staged = nullptr;
+    staged_lo = staged_hi = 0;
     if (n == 0 || stream[n - 1] == 0) return false;
     pos = 8 * (i32)(n - 1) + (i32)zstd_highbit(stream[n - 1]);
     refill();
@@ -138,7 +176,18 @@ struct ZstdBits {
     pos -= (i32)n;
     return v;
   }
+  // The window of `size` bytes the next refills read from: [lo, hi).
+  GPQ_DEVICE void window(i32 size, i32& wlo, i32& whi) const {
+    whi = (pos + 7) >> 3;
+    if (whi > (i32)len) whi = (i32)len;
+    wlo = whi > size ? whi - size : 0;
+  }
 };
+
+// The warp stages bytes [lo, hi) of src in dst (hi - lo <= capacity).
+GPQ_DEVICE void zstd_stage(u8* dst, const u8* src, i32 lo, i32 hi, u32 lane) {
+  for (i32 t = (i32)lane; t < hi - lo; t += 32) dst[t] = src[lo + t];
+}
 
 // Reads an FSE table description (RFC 8878, 4.1.1) from p[0, avail):
 // normalized counts into `norm`, with the largest symbol and the accuracy.
@@ -329,6 +378,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
   if (total == 0) return CHECK_BAD_HEADER;
   log = zstd_highbit(total) + 1;
   if (log > 12) return CHECK_BAD_HEADER;
+  if (log > 11) return CHECK_UNSUPPORTED;   // the format's limit; the reference library takes 12, so the CPU decides
   u32 rest = (1u << log) - total;
   u32 last = zstd_highbit(rest) + 1;
   if ((1u << (last - 1)) != rest) return CHECK_BAD_HEADER;
@@ -440,6 +490,19 @@ GPQ_DEVICE u32 zstd_frame_header(ZstdPage& p) {
     p.rep[2] = 8;
     return CHECK_OK;
   }
+}
+
+// Lane 0: asks the warp to stage the sequence bitstream's next window
+// (read by the next batch) and points the bit reader at it.
+GPQ_DEVICE void zstd_plan_window(ZstdWarp& z, ZstdPage& p) {
+  i32 lo = 0, hi = 0;
+  if (p.seq_left > 0) p.bits.window(ZSTD_SEQ_WINDOW, lo, hi);
+  z.seq_src = p.bits.p;
+  z.seq_lo = lo;
+  z.seq_hi = hi;
+  p.bits.staged = hi > lo ? z.seq_window : nullptr;
+  p.bits.staged_lo = lo;
+  p.bits.staged_hi = hi;
 }
 
 // Lane 0: parses the next block (or frame) and plans the warp's next action.
@@ -600,6 +663,8 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
   z.lit_at = p.lit_at;
   z.action = z.streams ? ZSTD_LITERALS : ZSTD_SEQUENCES;
   z.nseq = 0;
+  z.waves = 0;
+  zstd_plan_window(z, p);
   return CHECK_OK;
 }
 
@@ -645,18 +710,43 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
     u32 at = p.block_start_op + p.lit_used + p.matched;
     u32 before = at + ll - p.frame_start;   // output of the frame before the match
     if (off == 0 || off > before || off > p.window) return CHECK_BAD_OFFSET;
-    ZstdSeq& s = z.seq[n++];
+    ZstdSeq& s = z.seq[n];
     s.at = at;
     s.lit = p.lit_used;
     s.ll = ll;
     s.ml = ml;
     s.off = off;
+    // The wave after every earlier sequence of the batch whose output the
+    // match reads ([from, to): its source, cut to the batch's output so far).
+    u32 src = at + ll - off, end = src + (ml < off ? ml : off);
+    u32 from = src > z.seq[0].at ? src : z.seq[0].at, to = end < at ? end : at;
+    if (n == 0) from = to;
+    u32 wave = 0;
+    for (i32 j = (i32)n - 1; j >= 0 && from < to; j--) {
+      const ZstdSeq& e = z.seq[j];
+      if (e.at + e.ll + e.ml <= from) break;
+      if (e.at < to && e.wave + 1 > wave) wave = e.wave + 1;
+    }
+    s.wave = wave;
+    n++;
     p.lit_used += ll;
     p.matched += ml;
   }
   if (n > 0) {
+    // Literals in the output tail that a later sequence of the batch could
+    // overwrite before an earlier one reads them (near a page's end): one
+    // wave per sequence, in order.
+    const ZstdSeq& last = z.seq[n - 1];
+    bool serial = p.lit_kind == 2 && last.at + last.ll + last.ml > p.lit_at + z.seq[0].lit;
+    u32 waves = 0;
+    for (u32 k = 0; k < n; k++) {
+      if (serial) z.seq[k].wave = k;
+      if (z.seq[k].wave + 1 > waves) waves = z.seq[k].wave + 1;
+    }
     z.action = ZSTD_SEQUENCES;
     z.nseq = n;
+    z.waves = waves;
+    zstd_plan_window(z, p);
     return CHECK_OK;
   }
   // No sequences left: the stream must be used up exactly, then the
@@ -709,17 +799,119 @@ GPQ_DEVICE void zstd_match(u8* out, u32 at, u32 ml, u32 off, u32 lane) {
   __syncwarp();
 }
 
-// One lane: decodes a Huffman stream of `count` literals to out[at...].
-GPQ_DEVICE u32 zstd_huffman_stream(const u16* huf, u32 log, const u8* in, u32 len, u8* out, u32 count) {
+// The warp decodes the block's Huffman streams (a lane each), in rounds:
+// the warp stages the next ZSTD_HUF_WINDOW bytes of every stream still
+// going, then each stream's lane decodes until its window is used up.
+// Sets z.stream_reason.
+GPQ_DEVICE void zstd_literals(ZstdWarp& z, const u8* in, u8* out, u32 lane) {
+  const unsigned FULL = 0xffffffffu;
+  u32 streams = z.streams, log = z.huf_log;
   ZstdBits b;
-  if (!b.init(in, len)) return CHECK_BAD_HEADER;
-  for (u32 k = 0; k < count; k++) {
-    u32 e = huf[b.peek(log)];
-    out[k] = (u8)e;
-    b.skip(e >> 8);
-    if (b.pos < 0) return CHECK_TRUNCATED;
+  u32 k = 0, count = 0, r = CHECK_OK;
+  u8* dst = nullptr;
+  bool active = lane < streams;
+  if (active) {
+    count = z.stream_count[lane];
+    dst = out + z.stream_out[lane];
+    if (!b.init(in + z.stream_at[lane], z.stream_len[lane])) {
+      r = CHECK_BAD_HEADER;
+      active = false;
+    }
   }
-  return b.pos == 0 ? CHECK_OK : CHECK_BAD_HEADER;
+  // Each round decodes at least the bits of one full window per stream
+  // still going, or finishes it, so the rounds end.
+  while (__any_sync(FULL, active)) {
+    if (lane < 4) {
+      i32 lo = 0, hi = 0;
+      if (active) b.window(ZSTD_HUF_WINDOW, lo, hi);
+      z.huf_src[lane] = active ? b.p : in;
+      z.huf_lo[lane] = lo;
+      z.huf_hi[lane] = hi;
+    }
+    __syncwarp();
+    for (u32 t = 0; t < streams; t++) zstd_stage(z.huf_window[t], z.huf_src[t], z.huf_lo[t], z.huf_hi[t], lane);
+    __syncwarp();
+    if (active) {
+      b.staged = z.huf_window[lane];
+      b.staged_lo = z.huf_lo[lane];
+      b.staged_hi = z.huf_hi[lane];
+      while (k < count && b.staged_enough(log)) {
+        u32 e = z.huf[b.peek(log)];
+        dst[k++] = (u8)e;
+        b.skip(e >> 8);
+        if (b.pos < 0) break;
+      }
+      if (b.pos < 0) {
+        r = CHECK_TRUNCATED;
+        active = false;
+      } else if (k == count) {
+        r = b.pos == 0 ? CHECK_OK : CHECK_BAD_HEADER;
+        active = false;
+      }
+    }
+    __syncwarp();
+  }
+  if (lane < streams) z.stream_reason[lane] = r;
+  __syncwarp();
+}
+
+// One lane: copies n bytes from src to dst, 8 at a time, loads before
+// stores. dst <= src, or src + 8 <= dst (a match at least 8 back): either
+// way every byte is read before it is overwritten, or after it is written.
+GPQ_DEVICE void zstd_lane_copy(u8* dst, const u8* src, u32 n) {
+  for (u32 j = 0; j < n; j += 8) {
+    u8 t[8];
+#pragma unroll
+    for (u32 q = 0; q < 8; q++) t[q] = j + q < n ? src[j + q] : 0;
+#pragma unroll
+    for (u32 q = 0; q < 8; q++)
+      if (j + q < n) dst[j + q] = t[q];
+  }
+}
+
+// One lane executes a short sequence: its literals, then its match.
+GPQ_DEVICE void zstd_lane_sequence(u8* out, const u8* lits, u32 kind, u8 rle, const ZstdSeq& s) {
+  u8* d = out + s.at;
+  if (kind == 1) {
+    for (u32 j = 0; j < s.ll; j++) d[j] = rle;
+  } else {
+    zstd_lane_copy(d, lits + s.lit, s.ll);
+  }
+  u8* m = d + s.ll;
+  if (s.off >= 8) {
+    zstd_lane_copy(m, m - s.off, s.ml);
+  } else {   // the last off (< 8) bytes, repeated
+    u64 pattern = 0;
+    for (u32 j = 0; j < s.off; j++) pattern |= (u64)m[(i64)j - (i64)s.off] << (8 * j);
+    u32 r = 0;
+    for (u32 j = 0; j < s.ml; j++) {
+      m[j] = (u8)(pattern >> (8 * r));
+      if (++r == s.off) r = 0;
+    }
+  }
+}
+
+// The warp executes z.seq's batch, wave by wave (see zstd_decode_sequences).
+GPQ_DEVICE void zstd_execute(ZstdWarp& z, u8* out, u32 lane) {
+  u32 n = z.nseq, waves = z.waves, kind = z.lit_kind;
+  const u8* lits = kind == 2 ? out + z.lit_at : z.lits;
+  u8 rle = z.rle;
+  for (u32 w = 0; w < waves; w++) {
+    if (lane < n) {
+      ZstdSeq s = z.seq[lane];
+      if (s.wave == w && s.ll + s.ml <= ZSTD_LANE_COPY) zstd_lane_sequence(out, lits, kind, rle, s);
+    }
+    for (u32 k = 0; k < n; k++) {   // long ones: the whole warp, one at a time (uniform: shared state)
+      ZstdSeq s = z.seq[k];
+      if (s.wave != w || s.ll + s.ml <= ZSTD_LANE_COPY) continue;
+      if (s.ll) {
+        if (kind == 1) zstd_fill(out + s.at, rle, s.ll, lane);
+        else zstd_copy_down(out + s.at, lits + s.lit, s.ll, lane);
+      }
+      zstd_match(out, s.at + s.ll, s.ml, s.off, lane);
+    }
+    __syncwarp();
+  }
 }
 
 // The whole warp decodes one page; returns its CheckReason.
@@ -758,30 +950,17 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
     } else if (action == ZSTD_FILL_RLE) {
       zstd_fill(out + op, z.rle, len, lane);
     } else if (action == ZSTD_LITERALS) {
-      if (lane < z.streams) {
-        z.stream_reason[lane] = zstd_huffman_stream(z.huf, z.huf_log, in + z.stream_at[lane], z.stream_len[lane],
-                                                    out + z.stream_out[lane], z.stream_count[lane]);
-      }
-      __syncwarp();
-    } else if (action == ZSTD_SEQUENCES || action == ZSTD_TAIL) {
-      u32 kind = z.lit_kind;
-      const u8* lits = kind == 2 ? out + z.lit_at : z.lits;
-      u8 rle = z.rle;
-      auto literals = [&](u32 at, u32 from, u32 n) {
-        if (n == 0) return;
-        if (kind == 1) zstd_fill(out + at, rle, n, lane);
-        else zstd_copy_down(out + at, lits + from, n, lane);
-      };
-      if (action == ZSTD_TAIL) {
-        literals(op, z.lit, len);
-      } else {
-        u32 n = z.nseq;
-        for (u32 k = 0; k < n; k++) {
-          ZstdSeq s = z.seq[k];
-          literals(s.at, s.lit, s.ll);
-          zstd_match(out, s.at + s.ll, s.ml, s.off, lane);
-        }
-      }
+      zstd_literals(z, in, out, lane);
+    } else if (action == ZSTD_SEQUENCES) {
+      zstd_execute(z, out, lane);
+    } else if (action == ZSTD_TAIL && len) {
+      if (z.lit_kind == 1) zstd_fill(out + op, z.rle, len, lane);
+      else zstd_copy_down(out + op, (z.lit_kind == 2 ? out + z.lit_at : z.lits) + z.lit, len, lane);
+    }
+    __syncwarp();
+    if (action == ZSTD_LITERALS || action == ZSTD_SEQUENCES) {
+      // The sequence bitstream's next window, for lane 0's next batch.
+      zstd_stage(z.seq_window, z.seq_src, z.seq_lo, z.seq_hi, lane);
     }
     __syncwarp();
     if (lane == 0) {
