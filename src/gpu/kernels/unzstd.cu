@@ -387,13 +387,13 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
   if (rank1 < 2 || (rank1 & 1)) return CHECK_BAD_HEADER;
   // Codes by weight, lightest first, then by symbol: each symbol of weight
   // w fills 2^(w-1) entries of the 2^log table.
-  u32 start[13];
+  u16* start = z.next;   // free again once the weights are decoded (shared: an indexed local array is slow)
   for (u32 w = 0; w < 13; w++) start[w] = 0;
   for (u32 s = 0; s < count; s++) start[z.weights[s]]++;   // counts first, then where each weight's codes begin
   u32 at = 0;
   for (u32 w = 1; w <= 12; w++) {
     u32 n = start[w];
-    start[w] = at;
+    start[w] = (u16)at;
     at += n << (w - 1);
   }
   for (u32 s = 0; s < count; s++) {
@@ -402,7 +402,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     u32 n = 1u << (w - 1), at = start[w];
     u16 e = (u16)(s | ((log + 1 - w) << 8));
     for (u32 k = 0; k < n; k++) z.huf[at + k] = e;
-    start[w] = at + n;
+    start[w] = (u16)(at + n);
   }
   return CHECK_OK;
 }
@@ -417,7 +417,7 @@ struct ZstdPage {
   bool has_fcs, last_block, in_frame;
   bool lit_table, seq_tables;  // tables a block may repeat
   u32 ll_log, of_log, ml_log, huf_log;
-  u32 rep[3];
+  u32 rep0, rep1, rep2;      // repeat offsets (scalars: an indexed array would live in local memory)
   // The block being decoded.
   u32 block_end, block_start_op;
   u32 lit_size, lit_at;      // literal count and where they are in the output tail
@@ -485,9 +485,9 @@ GPQ_DEVICE u32 zstd_frame_header(ZstdPage& p) {
     p.in_frame = true;
     p.last_block = false;
     p.lit_table = p.seq_tables = false;
-    p.rep[0] = 1;
-    p.rep[1] = 4;
-    p.rep[2] = 8;
+    p.rep0 = 1;
+    p.rep1 = 4;
+    p.rep2 = 8;
     return CHECK_OK;
   }
 }
@@ -673,46 +673,67 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
 GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
   u32 room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
   u32 n = 0;
-  while (n < ZSTD_SEQ_BATCH && p.seq_left > 0) {
-    u32 lle = z.ll_table[p.ll_state], ofe = z.of_table[p.of_state], mle = z.ml_table[p.ml_state];
+  // The hot state in registers for the batch (ZstdPage lives in local memory).
+  ZstdBits bits = p.bits;
+  u32 ll_state = p.ll_state, of_state = p.of_state, ml_state = p.ml_state;
+  u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2;
+  u32 seq_left = p.seq_left, lit_used = p.lit_used, matched = p.matched;
+  u32 reason = CHECK_OK;
+  while (n < ZSTD_SEQ_BATCH && seq_left > 0) {
+    u32 lle = z.ll_table[ll_state], ofe = z.of_table[of_state], mle = z.ml_table[ml_state];
     u32 llc = lle & 0xff, ofc = ofe & 0xff, mlc = mle & 0xff;
-    if (llc > 35 || mlc > 52 || ofc > 31) return CHECK_BAD_HEADER;
-    u32 ofv = (1u << ofc) + p.bits.read(ofc);
-    u32 ml = ZSTD_ML_BASE[mlc] + p.bits.read(ZSTD_ML_BITS[mlc]);
-    u32 ll = ZSTD_LL_BASE[llc] + p.bits.read(ZSTD_LL_BITS[llc]);
+    if (llc > 35 || mlc > 52 || ofc > 31) {
+      reason = CHECK_BAD_HEADER;
+      break;
+    }
+    u32 ofv = (1u << ofc) + bits.read(ofc);
+    u32 ml = ZSTD_ML_BASE[mlc] + bits.read(ZSTD_ML_BITS[mlc]);
+    u32 ll = ZSTD_LL_BASE[llc] + bits.read(ZSTD_LL_BITS[llc]);
     u32 off;
     if (ofv > 3) {
       off = ofv - 3;
-      p.rep[2] = p.rep[1];
-      p.rep[1] = p.rep[0];
-      p.rep[0] = off;
+      rep2 = rep1;
+      rep1 = rep0;
+      rep0 = off;
     } else {
-      u32 idx = ofv - 1 + (ll == 0);   // 0..3
+      u32 idx = ofv - 1 + (ll == 0);   // 0..3: rep0, rep1, rep2, rep0 - 1
       if (idx == 0) {
-        off = p.rep[0];
+        off = rep0;
       } else {
-        off = idx == 3 ? p.rep[0] - 1 : p.rep[idx];
-        if (idx != 1) p.rep[2] = p.rep[1];
-        p.rep[1] = p.rep[0];
-        p.rep[0] = off;
+        off = idx == 1 ? rep1 : idx == 2 ? rep2 : rep0 - 1;
+        if (idx != 1) rep2 = rep1;
+        rep1 = rep0;
+        rep0 = off;
       }
     }
-    p.seq_left--;
-    if (p.seq_left > 0) {
-      p.ll_state = (lle >> 16) + p.bits.read((lle >> 8) & 0xff);
-      p.ml_state = (mle >> 16) + p.bits.read((mle >> 8) & 0xff);
-      p.of_state = (ofe >> 16) + p.bits.read((ofe >> 8) & 0xff);
+    seq_left--;
+    if (seq_left > 0) {
+      ll_state = (lle >> 16) + bits.read((lle >> 8) & 0xff);
+      ml_state = (mle >> 16) + bits.read((mle >> 8) & 0xff);
+      of_state = (ofe >> 16) + bits.read((ofe >> 8) & 0xff);
     }
-    if (p.bits.pos < 0) return CHECK_TRUNCATED;
+    if (bits.pos < 0) {
+      reason = CHECK_TRUNCATED;
+      break;
+    }
     // Checks, in the reference library's order.
-    if (ll > p.lit_size - p.lit_used) return CHECK_TRUNCATED;
-    if ((u64)p.matched + ml + p.lit_size > room) return CHECK_OUTPUT_OVERRUN;
-    u32 at = p.block_start_op + p.lit_used + p.matched;
+    if (ll > p.lit_size - lit_used) {
+      reason = CHECK_TRUNCATED;
+      break;
+    }
+    if ((u64)matched + ml + p.lit_size > room) {
+      reason = CHECK_OUTPUT_OVERRUN;
+      break;
+    }
+    u32 at = p.block_start_op + lit_used + matched;
     u32 before = at + ll - p.frame_start;   // output of the frame before the match
-    if (off == 0 || off > before || off > p.window) return CHECK_BAD_OFFSET;
+    if (off == 0 || off > before || off > p.window) {
+      reason = CHECK_BAD_OFFSET;
+      break;
+    }
     ZstdSeq& s = z.seq[n];
     s.at = at;
-    s.lit = p.lit_used;
+    s.lit = lit_used;
     s.ll = ll;
     s.ml = ml;
     s.off = off;
@@ -729,9 +750,20 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
     }
     s.wave = wave;
     n++;
-    p.lit_used += ll;
-    p.matched += ml;
+    lit_used += ll;
+    matched += ml;
   }
+  p.bits = bits;
+  p.ll_state = ll_state;
+  p.of_state = of_state;
+  p.ml_state = ml_state;
+  p.rep0 = rep0;
+  p.rep1 = rep1;
+  p.rep2 = rep2;
+  p.seq_left = seq_left;
+  p.lit_used = lit_used;
+  p.matched = matched;
+  if (reason != CHECK_OK) return reason;
   if (n > 0) {
     // Literals in the output tail that a later sequence of the batch could
     // overwrite before an earlier one reads them (near a page's end): one
@@ -835,7 +867,20 @@ GPQ_DEVICE void zstd_literals(ZstdWarp& z, const u8* in, u8* out, u32 lane) {
       b.staged = z.huf_window[lane];
       b.staged_lo = z.huf_lo[lane];
       b.staged_hi = z.huf_hi[lane];
+      u32 mask = (1u << log) - 1;
       while (k < count && b.staged_enough(log)) {
+        // Four symbols without checks while the word holds their bits (a
+        // symbol takes at most `log` bits); then one at a time.
+        if (b.pos - b.lo >= (i32)(4 * log) && k + 4 <= count) {
+#pragma unroll
+          for (u32 q = 0; q < 4; q++) {
+            u32 e = z.huf[(u32)(b.win >> (b.pos - (i32)log - b.lo)) & mask];
+            dst[k + q] = (u8)e;
+            b.pos -= (i32)(e >> 8);
+          }
+          k += 4;
+          continue;
+        }
         u32 e = z.huf[b.peek(log)];
         dst[k++] = (u8)e;
         b.skip(e >> 8);
