@@ -19,6 +19,7 @@
 //! | `GPQ_NVCOMP_DEADLINE_S` | seconds nvCOMP may run before its kernels count as hung (plus 1 s per GB of output) | 1 |
 //! | `GPQ_NVCOMP_WORKER` | path of the `gpq-nvcomp-worker` executable that runs nvCOMP on unchecked (ZSTD, GZIP) pages in a process of its own; `off` turns it off | beside the running executable or in its parent folder |
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
+//! | `GPQ_UNZSTD_PROFILE=1` | gpq's ZSTD decoder sums its warps' clock cycles per phase and logs them at `info` (a measuring aid) | off |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
 //! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in the contexts gpq uses: `auto` (the driver's heuristic: spin while the process has fewer contexts than cores), `spin`, `yield` or `blocking` (sleep until the driver wakes them); set on the device's primary context whenever gpq takes it, also where another library made it first | unset: the primary context's flags are left as they are (the driver's `auto` unless the application chose) |
 //! | `GPQ_FOOTER_CACHE=0` | decode every file's footer on every read, instead of keeping decoded footers for the next read of a file whose footer bytes are unchanged (see [`crate::clear_footer_cache`]) | on |
@@ -228,6 +229,11 @@ pub(crate) fn emulate() -> bool {
 /// (`CUFILE_ENV_PATH_JSON`); then gpq leaves cuFile's settings alone.
 pub(crate) fn cufile_config_chosen() -> bool {
     std::env::var_os("CUFILE_ENV_PATH_JSON").is_some()
+}
+
+/// Whether `GPQ_UNZSTD_PROFILE=1` asks gpq's ZSTD decoder for its phase times.
+pub(crate) fn unzstd_profile() -> bool {
+    matches!(flag("GPQ_UNZSTD_PROFILE"), Ok(Some(true)))
 }
 
 /// `GPQ_NVCOMP_WORKER`: where the nvCOMP worker executable is, or `off`.

@@ -65,13 +65,21 @@ pub struct DecompressStats {
 }
 
 impl DecompressStats {
-    /// `none`, `nvcomp`, `cpu` or `nvcomp+cpu`.
+    /// Who decompressed: `none`, or `nvcomp`, `gpq` (gpq's ZSTD decoder),
+    /// `nvcomp+gpq` and `cpu` joined by `+` for those that took pages
+    /// (e.g. `gpq+cpu`: pages the decoder refused went to the CPU).
     pub fn path(&self) -> &'static str {
-        match (self.gpu_pages > 0, self.cpu_pages > 0) {
-            (false, false) => "none",
-            (true, false) => "nvcomp",
-            (false, true) => "cpu",
-            (true, true) => "nvcomp+cpu",
+        let nvcomp = self.gpu_pages > self.device_zstd_pages;
+        let gpq = self.device_zstd_pages > 0;
+        match (nvcomp, gpq, self.cpu_pages > 0) {
+            (false, false, false) => "none",
+            (true, false, false) => "nvcomp",
+            (false, true, false) => "gpq",
+            (true, true, false) => "nvcomp+gpq",
+            (false, false, true) => "cpu",
+            (true, false, true) => "nvcomp+cpu",
+            (false, true, true) => "gpq+cpu",
+            (true, true, true) => "nvcomp+gpq+cpu",
         }
     }
 }

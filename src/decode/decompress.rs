@@ -403,7 +403,10 @@ pub(crate) fn decompress(
             }
         }
     }
-    if let Some(d_verdicts) = own_zstd_verdicts {
+    if let Some((d_verdicts, profile)) = own_zstd_verdicts {
+        if let Some(d) = &profile {
+            log_unzstd_profile(d)?;
+        }
         let verdicts: Vec<u32> = from_bytes(&d_verdicts.to_host()?);
         for (j, &v) in device_zstd.iter().zip(&verdicts) {
             if v != 0 {
@@ -462,7 +465,12 @@ pub(crate) fn decompress(
         stats.fallback.get_or_insert_with(|| format!("nvCOMP rejected {} pages: {}", retry.len(), gpu_errors[0]));
     }
     if stats.gpu_pages > 0 {
-        info!(pages = stats.gpu_pages, version = ?stats.nvcomp_version, "decompressed with nvCOMP");
+        info!(
+            pages = stats.gpu_pages,
+            gpq_zstd = stats.device_zstd_pages,
+            nvcomp = ?stats.nvcomp_version,
+            "decompressed on the device (gpq's ZSTD decoder, nvCOMP)"
+        );
     }
     Ok(Decompressed { pages, _buffer: buffer, _exchanges: exchanges, stats, source })
 }
@@ -685,7 +693,8 @@ fn check_on_device(
 /// Queues gpq's ZSTD decoder (`gpq_unzstd`) over `list`, writing each
 /// page's values at its slot of `buffer`; returns the buffer its verdicts
 /// (a `CheckReason` per page of `list`, 0 for decoded) will be in once the
-/// stream is synchronized.
+/// stream is synchronized, and with `GPQ_UNZSTD_PROFILE=1` the one of its
+/// phase times.
 fn decode_zstd(
     stream: &Arc<GpuStream>,
     kernels: &Kernels,
@@ -693,7 +702,7 @@ fn decode_zstd(
     list: &[&Job],
     keep: &mut Vec<DeviceBuffer>,
     hold: &mut Vec<Vec<u8>>,
-) -> Result<DeviceBuffer> {
+) -> Result<(DeviceBuffer, Option<DeviceBuffer>)> {
     let n = list.len();
     let mut host: Vec<u64> = Vec::with_capacity(4 * n);
     host.extend(list.iter().map(|j| j.input));
@@ -702,19 +711,44 @@ fn decode_zstd(
     host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
     let d_args = upload(stream, as_bytes(&host), "ZSTD decoder arguments", hold)?;
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "ZSTD decoder verdicts")?;
-    launch_unzstd(stream, kernels, &d_args, n, d_verdicts.ptr())?;
+    let profile = if crate::env::unzstd_profile() {
+        let d = DeviceBuffer::alloc(stream, 8 * UNZSTD_PHASES.len() as u64, "ZSTD decoder profile")?;
+        d.fill(stream, 0)?;
+        Some(d)
+    } else {
+        None
+    };
+    launch_unzstd(stream, kernels, &d_args, n, d_verdicts.ptr(), profile.as_ref().map_or(0, |d| d.ptr()))?;
     keep.push(d_args);
-    Ok(d_verdicts)
+    Ok((d_verdicts, profile))
+}
+
+/// The phases of `gpq_unzstd`'s profile (`ZstdPhase` in `unzstd.cu`).
+const UNZSTD_PHASES: [&str; 12] =
+    ["plan", "literals", "decode", "execute", "stage", "copy", "page", "pages", "sequences", "batches", "waves", "serial batches"];
+
+/// Logs the decoder's profile: per phase, clock cycles per page (counts as they are).
+fn log_unzstd_profile(d: &DeviceBuffer) -> Result<()> {
+    let v: Vec<u64> = from_bytes(&d.to_host()?);
+    let pages = v[7].max(1) as f64;
+    let text: Vec<String> = UNZSTD_PHASES
+        .iter()
+        .zip(&v)
+        .enumerate()
+        .map(|(k, (name, x))| if k < 7 { format!("{name} {:.0}", *x as f64 / pages) } else { format!("{name} {x}") })
+        .collect();
+    info!(profile = %text.join(", "), "gpq's ZSTD decoder: lane 0's clock cycles per page by phase");
+    Ok(())
 }
 
 /// Launches `gpq_unzstd` over `n` pages whose packed arguments are in `args`.
-fn launch_unzstd(stream: &Arc<GpuStream>, kernels: &Kernels, args: &DeviceBuffer, n: usize, verdicts: u64) -> Result<()> {
+fn launch_unzstd(stream: &Arc<GpuStream>, kernels: &Kernels, args: &DeviceBuffer, n: usize, verdicts: u64, profile: u64) -> Result<()> {
     let count = u32::try_from(n).map_err(|_| Error::Internal(format!("{n} ZSTD pages in one launch")))?;
-    let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(verdicts);
+    let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(verdicts).arg(profile);
     // SAFETY: arguments match gpq_unzstd: `args` holds 4n u64s (inputs,
     // input sizes, output sizes, outputs) addressing live buffers that stay
-    // alive until the stream is synchronized, `verdicts` n u32s. One warp a
-    // page, UNZSTD_WARPS = 2 warps a block.
+    // alive until the stream is synchronized, `verdicts` n u32s, `profile`
+    // null or 12 u64s. One warp a page, UNZSTD_WARPS = 2 warps a block.
     unsafe { kernels.launch(Kernel::Unzstd, count.div_ceil(2), 64, 0, stream, &mut a) }
 }
 
@@ -750,7 +784,7 @@ pub(crate) fn unzstd_standalone(stream: &Arc<GpuStream>, pages: &[(&[u8], u64)])
     let d_args = DeviceBuffer::from_host(stream, as_bytes(&host), "test arguments")?;
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "test verdicts")?;
     let kernels = Kernels::for_context(stream.context())?;
-    launch_unzstd(stream, &kernels, &d_args, n, d_verdicts.ptr())?;
+    launch_unzstd(stream, &kernels, &d_args, n, d_verdicts.ptr(), 0)?;
     stream.synchronize()?;
     let verdicts: Vec<u32> = from_bytes(&d_verdicts.to_host()?);
     let out = d_out.to_host()?;

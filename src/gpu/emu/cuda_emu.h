@@ -19,6 +19,7 @@
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static thread_local
+#define __constant__
 #define __launch_bounds__(...)
 
 struct gpq_dim3 { unsigned x, y, z; };
@@ -50,6 +51,7 @@ inline int __syncthreads_or(int p) { return gpq_emu::block_count(p != 0) != 0; }
 inline int __syncthreads_and(int p) { return gpq_emu::block_count(p != 0) == (int)gpq_emu::bdim(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { gpq_emu::sync_warp(); }
 inline void __threadfence() {}
+inline long long clock64() { return 0; }
 inline void __threadfence_block() {}
 inline unsigned __ballot_sync(unsigned mask, int pred) { return gpq_emu::warp_ballot(mask, pred != 0); }
 inline unsigned __reduce_add_sync(unsigned, unsigned v) { return gpq_emu::warp_sum(v); }

@@ -33,21 +33,21 @@
 #define ZSTD_LANE_COPY 256             // sequences longer than this are copied by the whole warp
 
 // Literal-length and match-length codes: baselines and extra bits (RFC 8878, 3.1.1.3.2.1.1).
-__device__ const u32 ZSTD_LL_BASE[36] = {0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,   16,    18,
+__constant__ const u32 ZSTD_LL_BASE[36] = {0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,   16,    18,
                                          20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
-__device__ const u8 ZSTD_LL_BITS[36] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0,  1,  1,
+__constant__ const u8 ZSTD_LL_BITS[36] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0,  1,  1,
                                         1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-__device__ const u32 ZSTD_ML_BASE[53] = {3,  4,  5,  6,  7,  8,  9,  10, 11, 12,  13,  14,  15,  16,   17,   18,   19,   20,
+__constant__ const u32 ZSTD_ML_BASE[53] = {3,  4,  5,  6,  7,  8,  9,  10, 11, 12,  13,  14,  15,  16,   17,   18,   19,   20,
                                          21, 22, 23, 24, 25, 26, 27, 28, 29, 30,  31,  32,  33,  34,   35,   37,   39,   41,
                                          43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027, 2051, 4099, 8195, 16387, 32771, 65539};
-__device__ const u8 ZSTD_ML_BITS[53] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+__constant__ const u8 ZSTD_ML_BITS[53] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                         0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 // Predefined distributions (RFC 8878, 3.1.1.3.2.2).
-__device__ const i16 ZSTD_LL_DEFAULT[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 2,
+__constant__ const i16 ZSTD_LL_DEFAULT[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 2,
                                             2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
-__device__ const i16 ZSTD_ML_DEFAULT[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+__constant__ const i16 ZSTD_ML_DEFAULT[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
                                             1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1};
-__device__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
+__constant__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
                                             1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
 
 // One sequence, ready to execute: `ll` literals from the block's literals
@@ -87,6 +87,8 @@ struct ZstdWarp {
   u32 lit_at;            // output offset of Huffman-decoded literals
   u8 rle;
   u32 nseq;              // sequences in `seq`
+  u32 long_seqs;         // bit k: seq[k] is copied by the whole warp
+  u32 serial;            // the batch runs one sequence per wave (see zstd_decode_sequences)
   u32 waves;             // waves of `seq` (the largest wave plus one)
   u32 streams;           // Huffman streams of the literals (0: none)
   u32 huf_log;
@@ -664,6 +666,7 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
   z.action = z.streams ? ZSTD_LITERALS : ZSTD_SEQUENCES;
   z.nseq = 0;
   z.waves = 0;
+  z.long_seqs = 0;
   zstd_plan_window(z, p);
   return CHECK_OK;
 }
@@ -770,11 +773,14 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
     // wave per sequence, in order.
     const ZstdSeq& last = z.seq[n - 1];
     bool serial = p.lit_kind == 2 && last.at + last.ll + last.ml > p.lit_at + z.seq[0].lit;
-    u32 waves = 0;
+    u32 waves = 0, long_seqs = 0;
     for (u32 k = 0; k < n; k++) {
       if (serial) z.seq[k].wave = k;
       if (z.seq[k].wave + 1 > waves) waves = z.seq[k].wave + 1;
+      if (z.seq[k].ll + z.seq[k].ml > ZSTD_LANE_COPY) long_seqs |= 1u << k;
     }
+    z.long_seqs = long_seqs;
+    z.serial = serial;
     z.action = ZSTD_SEQUENCES;
     z.nseq = n;
     z.waves = waves;
@@ -946,9 +952,11 @@ GPQ_DEVICE void zstd_execute(ZstdWarp& z, u8* out, u32 lane) {
       ZstdSeq s = z.seq[lane];
       if (s.wave == w && s.ll + s.ml <= ZSTD_LANE_COPY) zstd_lane_sequence(out, lits, kind, rle, s);
     }
-    for (u32 k = 0; k < n; k++) {   // long ones: the whole warp, one at a time (uniform: shared state)
+    for (u32 rest = z.long_seqs; rest;) {   // long ones: the whole warp, one at a time (uniform: shared state)
+      u32 k = __ffs(rest) - 1;
+      rest &= rest - 1;
       ZstdSeq s = z.seq[k];
-      if (s.wave != w || s.ll + s.ml <= ZSTD_LANE_COPY) continue;
+      if (s.wave != w) continue;
       if (s.ll) {
         if (kind == 1) zstd_fill(out + s.at, rle, s.ll, lane);
         else zstd_copy_down(out + s.at, lits + s.lit, s.ll, lane);
@@ -960,8 +968,35 @@ GPQ_DEVICE void zstd_execute(ZstdWarp& z, u8* out, u32 lane) {
 }
 
 // The whole warp decodes one page; returns its CheckReason.
-GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out_len, u32 lane) {
+// Where a warp's time goes, for `profile` (lane 0's clock, summed over pages).
+enum ZstdPhase : u32 {
+  ZSTD_T_PLAN = 0,        // frame and block headers, entropy tables
+  ZSTD_T_LITERALS = 1,    // Huffman streams
+  ZSTD_T_DECODE = 2,      // sequences decoded by lane 0
+  ZSTD_T_EXECUTE = 3,     // sequences executed by the warp
+  ZSTD_T_STAGE = 4,       // the sequence bitstream's windows
+  ZSTD_T_COPY = 5,        // raw and RLE blocks, the literals after the last match
+  ZSTD_T_PAGE = 6,        // the whole page
+  ZSTD_T_PAGES = 7,       // pages (a count)
+  ZSTD_T_SEQUENCES = 8,   // sequences (a count)
+  ZSTD_T_BATCHES = 9,     // batches (a count)
+  ZSTD_T_WAVES = 10,      // waves (a count)
+  ZSTD_T_SERIAL = 11,     // batches executed one sequence per wave for their literals' sake (a count)
+  ZSTD_T_COUNT = 12,
+};
+
+// The whole warp decodes one page; returns its CheckReason. With `profile`
+// (null in normal use), lane 0 adds its clock per phase to `t`.
+GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out_len, u32 lane, u64* t) {
   ZstdPage p;   // meaningful in lane 0 only
+  long long clock0 = t ? clock64() : 0, mark = clock0;
+  auto lap = [&](u32 phase) {
+    if (t && lane == 0) {
+      long long now = clock64();
+      t[phase] += (u64)(now - mark);
+      mark = now;
+    }
+  };
   if (lane == 0) {
     p.in = in;
     p.in_len = in_len;
@@ -981,12 +1016,17 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
     }
   }
   __syncwarp();
+  lap(ZSTD_T_PLAN);
   // Every step: all lanes read the plan, act on it, and lane 0 plans the
   // next one. Each plan consumes input or output, so the loop ends.
   for (;;) {
     u32 reason = z.reason, action = z.action;
     if (reason != CHECK_OK || action == ZSTD_DONE) {
       __syncwarp();
+      if (t && lane == 0) {
+        t[ZSTD_T_PAGE] += (u64)(clock64() - clock0);
+        t[ZSTD_T_PAGES] += 1;
+      }
       return reason;
     }
     u32 op = z.op, len = z.len;
@@ -998,16 +1038,24 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
       zstd_literals(z, in, out, lane);
     } else if (action == ZSTD_SEQUENCES) {
       zstd_execute(z, out, lane);
+      if (t && lane == 0) {
+        t[ZSTD_T_SEQUENCES] += z.nseq;
+        t[ZSTD_T_BATCHES] += 1;
+        t[ZSTD_T_WAVES] += z.waves;
+        t[ZSTD_T_SERIAL] += z.serial;
+      }
     } else if (action == ZSTD_TAIL && len) {
       if (z.lit_kind == 1) zstd_fill(out + op, z.rle, len, lane);
       else zstd_copy_down(out + op, (z.lit_kind == 2 ? out + z.lit_at : z.lits) + z.lit, len, lane);
     }
     __syncwarp();
+    lap(action == ZSTD_LITERALS ? ZSTD_T_LITERALS : action == ZSTD_SEQUENCES ? ZSTD_T_EXECUTE : ZSTD_T_COPY);
     if (action == ZSTD_LITERALS || action == ZSTD_SEQUENCES) {
       // The sequence bitstream's next window, for lane 0's next batch.
       zstd_stage(z.seq_window, z.seq_src, z.seq_lo, z.seq_hi, lane);
     }
     __syncwarp();
+    lap(ZSTD_T_STAGE);
     if (lane == 0) {
       u32 r = CHECK_OK;
       if (action == ZSTD_LITERALS) {
@@ -1022,6 +1070,7 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
       z.reason = r;
     }
     __syncwarp();
+    lap(action == ZSTD_LITERALS || action == ZSTD_SEQUENCES ? ZSTD_T_DECODE : ZSTD_T_PLAN);
   }
 }
 
@@ -1029,15 +1078,29 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
 // threads). `args` holds nvCOMP's packed argument arrays: input addresses,
 // input sizes, output sizes and output addresses, `num_pages` each.
 // `reasons[i]` gets page i's CheckReason: 0 when its output is complete.
-extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS) gpq_unzstd(const u64* args, u32 num_pages, u32* reasons) {
+// `profile` is null, or ZSTD_T_COUNT u64s that get each phase's clock
+// cycles summed over the pages (a measuring aid: GPQ_UNZSTD_PROFILE=1).
+extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS)
+    gpq_unzstd(const u64* args, u32 num_pages, u32* reasons, u64* profile) {
   __shared__ ZstdWarp warps[UNZSTD_WARPS];
+  __shared__ u64 times[UNZSTD_WARPS][ZSTD_T_COUNT];
   u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   u32 i = blockIdx.x * UNZSTD_WARPS + warp;
   if (warp >= UNZSTD_WARPS || i >= num_pages) return;   // whole warps leave together
+  u64* t = nullptr;
+  if (profile) {
+    t = times[warp];
+    if (lane < ZSTD_T_COUNT) t[lane] = 0;
+    __syncwarp();
+  }
   const u8* in = (const u8*)args[i];
   u64 in_len = args[num_pages + i], out_len = args[2 * (u64)num_pages + i];
   u8* out = (u8*)args[3 * (u64)num_pages + i];
   u32 r = in_len >= (1ull << 31) || out_len >= (1ull << 31) ? (u32)CHECK_UNSUPPORTED
-                                                            : zstd_page(warps[warp], in, (u32)in_len, out, (u32)out_len, lane);
+                                                            : zstd_page(warps[warp], in, (u32)in_len, out, (u32)out_len, lane, t);
   if (lane == 0) reasons[i] = r;
+  if (profile) {
+    __syncwarp();
+    if (lane < ZSTD_T_COUNT) atomicAdd((unsigned long long*)&profile[lane], (unsigned long long)t[lane]);
+  }
 }
