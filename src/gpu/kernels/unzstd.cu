@@ -187,8 +187,24 @@ struct ZstdBits {
 };
 
 // The warp stages bytes [lo, hi) of src in dst (hi - lo <= capacity).
+// Eight loads per lane are in flight before any store: one global round
+// trip per 256 bytes, not per 32 (the compiler cannot reorder a load past a
+// store through pointers that may alias).
 GPQ_DEVICE void zstd_stage(u8* dst, const u8* src, i32 lo, i32 hi, u32 lane) {
-  for (i32 t = (i32)lane; t < hi - lo; t += 32) dst[t] = src[lo + t];
+  i32 n = hi - lo;
+  for (i32 b = 0; b < n; b += 256) {
+    u8 t[8];
+#pragma unroll
+    for (i32 q = 0; q < 8; q++) {
+      i32 j = b + 32 * q + (i32)lane;
+      t[q] = j < n ? src[lo + j] : 0;
+    }
+#pragma unroll
+    for (i32 q = 0; q < 8; q++) {
+      i32 j = b + 32 * q + (i32)lane;
+      if (j < n) dst[j] = t[q];
+    }
+  }
 }
 
 // Reads an FSE table description (RFC 8878, 4.1.1) from p[0, avail):
@@ -802,14 +818,23 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
 }
 
 // The warp: copies `len` bytes from src to dst, dst <= src or the two apart.
-// Every lane loads before any stores, chunk by chunk, so a forward overlap
-// (the literals' tail moving down) reads each byte before it is overwritten.
+// 256 bytes at a time, every lane loading its 8 before any stores, so a
+// forward overlap (the literals' tail moving down) reads each byte before it
+// is overwritten.
 GPQ_DEVICE void zstd_copy_down(u8* dst, const u8* src, u32 len, u32 lane) {
-  for (u32 b = 0; b < len; b += 32) {
-    u32 j = b + lane;
-    u8 v = j < len ? src[j] : 0;
+  for (u32 b = 0; b < len; b += 256) {
+    u8 t[8];
+#pragma unroll
+    for (u32 q = 0; q < 8; q++) {
+      u32 j = b + 32 * q + lane;
+      t[q] = j < len ? src[j] : 0;
+    }
     __syncwarp();
-    if (j < len) dst[j] = v;
+#pragma unroll
+    for (u32 q = 0; q < 8; q++) {
+      u32 j = b + 32 * q + lane;
+      if (j < len) dst[j] = t[q];
+    }
   }
   __syncwarp();
 }
@@ -820,19 +845,29 @@ GPQ_DEVICE void zstd_fill(u8* dst, u8 v, u32 len, u32 lane) {
 }
 
 // The warp: a match of `ml` bytes at out[at] from `off` bytes back. The
-// source is all written already; a match longer than its offset repeats the
-// last `off` bytes.
+// source is all written already and none of it is written here (a match
+// longer than its offset repeats the last `off` bytes), so every lane loads
+// 8 bytes before it stores them.
 GPQ_DEVICE void zstd_match(u8* out, u32 at, u32 ml, u32 off, u32 lane) {
   const u8* src = out + at - off;
-  if (off >= ml) {
-    for (u32 j = lane; j < ml; j += 32) out[at + j] = src[j];
-  } else {
-    u32 r = lane % off, step = 32 % off;
-    for (u32 j = lane; j < ml; j += 32) {
-      out[at + j] = src[r];
-      r += step;
-      if (r >= off) r -= off;
+  u32 period = off >= ml ? ml : off;   // the source's length
+  u32 r = lane % period, step = 32 % period;
+  for (u32 b = 0; b < ml; b += 256) {
+    u8 t[8];
+    u32 rq = r;
+#pragma unroll
+    for (u32 q = 0; q < 8; q++) {
+      u32 j = b + 32 * q + lane;
+      t[q] = j < ml ? src[rq] : 0;
+      rq += step;
+      if (rq >= period) rq -= period;
     }
+#pragma unroll
+    for (u32 q = 0; q < 8; q++) {
+      u32 j = b + 32 * q + lane;
+      if (j < ml) out[at + j] = t[q];
+    }
+    r = rq;
   }
   __syncwarp();
 }
