@@ -246,13 +246,7 @@ pub(crate) fn decompress(
         let threads = cpu_threads();
         for (in_worker, groups) in [(false, &mut gpu), (true, &mut isolated_jobs)] {
             groups.retain(|&codec, list| {
-                let shape = route::BatchShape {
-                    pages: list.len(),
-                    input_bytes: list.iter().map(|j| j.input_len as u64).sum(),
-                    output_bytes: list.iter().map(|j| j.out_len as u64).sum(),
-                    largest_output: list.iter().map(|j| j.out_len as u64).max().unwrap_or(0),
-                };
-                let Some(why) = route::prefer_cpu(codec, in_worker, threads, &shape) else { return true };
+                let Some(why) = route::prefer_cpu(codec, in_worker, threads, &batch_shape(list)) else { return true };
                 info!(reason = %why, "decompressing a batch on the CPU");
                 routed.push(why);
                 cpu.append(list);
@@ -260,13 +254,7 @@ pub(crate) fn decompress(
             });
         }
         if !device_zstd.is_empty() {
-            let shape = route::BatchShape {
-                pages: device_zstd.len(),
-                input_bytes: device_zstd.iter().map(|j| j.input_len as u64).sum(),
-                output_bytes: device_zstd.iter().map(|j| j.out_len as u64).sum(),
-                largest_output: device_zstd.iter().map(|j| j.out_len as u64).max().unwrap_or(0),
-            };
-            if let Some(why) = route::prefer_cpu(Codec::Zstd, false, threads, &shape) {
+            if let Some(why) = route::prefer_cpu(Codec::Zstd, false, threads, &batch_shape(&device_zstd)) {
                 info!(reason = %why, "decompressing a batch on the CPU");
                 routed.push(why);
                 cpu.append(&mut device_zstd);
@@ -453,7 +441,7 @@ pub(crate) fn decompress(
         }
     }
     if !retry.is_empty() {
-        warn!(pages = retry.len(), first = %gpu_errors[0], "nvCOMP rejected pages; retrying them on the CPU");
+        warn!(pages = retry.len(), first = %gpu_errors[0], "the device rejected pages; retrying them on the CPU");
         cpu_decompress(plan, table, raw, &buffer, &retry, stream, WriteBack::PerPage).map_err(|e| match e {
             Error::CorruptPage { file, row_group, column, page, kind, detail } => {
                 Error::CorruptPage { file, row_group, column, page, kind, detail: format!("{detail}; {}", gpu_errors[0]) }
@@ -462,7 +450,7 @@ pub(crate) fn decompress(
         })?;
         stats.gpu_pages -= gpu_retries;
         stats.cpu_pages += retry.len();
-        stats.fallback.get_or_insert_with(|| format!("nvCOMP rejected {} pages: {}", retry.len(), gpu_errors[0]));
+        stats.fallback.get_or_insert_with(|| format!("the device rejected {} pages: {}", retry.len(), gpu_errors[0]));
     }
     if stats.gpu_pages > 0 {
         info!(
@@ -688,6 +676,16 @@ fn check_on_device(
     unsafe { kernels.launch(Kernel::CheckCompressed, count.div_ceil(4), 128, 0, stream, &mut a)? };
     keep.push(d_empty);
     Ok(())
+}
+
+/// What the CPU-or-device estimate needs to know of `list`.
+fn batch_shape(list: &[&Job]) -> route::BatchShape {
+    route::BatchShape {
+        pages: list.len(),
+        input_bytes: list.iter().map(|j| j.input_len as u64).sum(),
+        output_bytes: list.iter().map(|j| j.out_len as u64).sum(),
+        largest_output: list.iter().map(|j| j.out_len as u64).max().unwrap_or(0),
+    }
 }
 
 /// Queues gpq's ZSTD decoder (`gpq_unzstd`) over `list`, writing each

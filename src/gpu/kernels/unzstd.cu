@@ -16,9 +16,9 @@
 // to four lanes decode the Huffman streams of literals side by side; the
 // bitstreams are read from windows the warp stages in shared memory, so the
 // serial decoders wait on shared memory, not on global loads. A batch of
-// sequences is executed a sequence per lane, in waves: a sequence whose
-// match reads output of an earlier sequence of the batch waits for that
-// one's wave; long sequences are copied by the whole warp. Literals are
+// sequences is checked and executed a sequence per lane, in rounds: one
+// whose match reads output of an earlier sequence of the batch waits for
+// that one's round; long sequences are copied by the whole warp. Literals are
 // decoded into the tail of the page's own output slot: a block's matches
 // never overtake the literals still to be read, because the block's output
 // (literals plus matches) must fit in what is left of the slot, so no
@@ -50,17 +50,10 @@ __constant__ const i16 ZSTD_ML_DEFAULT[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1
 __constant__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
                                             1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
 
-// One sequence, ready to execute: `ll` literals from the block's literals
-// at index `lit` to output position `at`, then a match of `ml` bytes from
-// `off` bytes back.
-struct ZstdSeq {
-  u32 at, lit, ll, ml, off, wave;
-};
-
 // Everything a warp keeps for its page. The tables outlive a block: a
 // block may repeat the previous block's Huffman or FSE tables.
 struct ZstdWarp {
-  u32 ll_table[512];     // FSE decoding tables: symbol | bits << 8 | next-state base << 16
+  u32 ll_table[512];     // FSE decoding tables (zstd_fse_entry)
   u32 ml_table[512];
   u32 of_table[256];
   u32 weight_table[64];  // FSE table of Huffman weights
@@ -68,9 +61,15 @@ struct ZstdWarp {
   i16 norm[256];         // scratch: normalized counts
   u16 next[256];         // scratch: next state per symbol
   u8 weights[256];       // scratch: Huffman weights
-  ZstdSeq seq[ZSTD_SEQ_BATCH];
-  u8 seq_window[ZSTD_SEQ_WINDOW];         // sequence bitstream bytes [seq_lo, seq_hi)
-  u8 huf_window[4][ZSTD_HUF_WINDOW];      // Huffman stream bytes [huf_lo[s], huf_hi[s])
+  // A batch of decoded sequences: `ll` literals, then a match of `ml` bytes
+  // from `off` bytes back. Where each goes, and whether it is valid, the
+  // warp works out from the batch's start (seq_lit0, seq_matched0, seq_at0).
+  u32 seq_ll[ZSTD_SEQ_BATCH], seq_ml[ZSTD_SEQ_BATCH], seq_off[ZSTD_SEQ_BATCH];
+  // Staged bitstream bytes, as words so that a refill is two aligned loads;
+  // the extra word lets a refill read past the staged bytes (bits above the
+  // reader's position, never used).
+  u64 seq_window[ZSTD_SEQ_WINDOW / 8 + 1];      // sequence bitstream bytes [seq_lo, seq_hi)
+  u64 huf_window[4][ZSTD_HUF_WINDOW / 8 + 1];   // Huffman stream bytes [huf_lo[s], huf_hi[s])
   const u8* seq_src;
   i32 seq_lo, seq_hi;
   const u8* huf_src[4];
@@ -86,10 +85,12 @@ struct ZstdWarp {
   u32 lit;               // index of the first literal of the tail copy
   u32 lit_at;            // output offset of Huffman-decoded literals
   u8 rle;
-  u32 nseq;              // sequences in `seq`
-  u32 long_seqs;         // bit k: seq[k] is copied by the whole warp
-  u32 serial;            // the batch runs one sequence per wave (see zstd_decode_sequences)
-  u32 waves;             // waves of `seq` (the largest wave plus one)
+  u32 nseq;              // sequences in the batch
+  u32 seq_reason;        // why lane 0 stopped after the batch's last sequence (CHECK_OK: it did not)
+  u32 seq_lit0, seq_matched0, seq_at0;   // the block's literals used, match bytes and output position before the batch
+  u32 lit_size, room;    // the block's literals, and the output it may still write
+  u32 frame_start, window;
+  u32 serial;            // the batch runs one sequence at a time (see zstd_decode_sequences)
   u32 streams;           // Huffman streams of the literals (0: none)
   u32 huf_log;
   u32 stream_at[4], stream_len[4];   // input offsets and sizes of the streams
@@ -128,7 +129,7 @@ struct ZstdBits {
   i32 pos;   // bits not yet read: [0, pos)
   i32 lo;    // `win` holds stream bits [lo, lo + 64)
   u64 win;
-  const u8* staged;   // stream bytes [staged_lo, staged_hi) in shared memory, or null
+  const u64* staged;  // stream bytes [staged_lo, staged_hi) in shared memory, or null
   i32 staged_lo, staged_hi;
   // The byte the next refill starts at.
   GPQ_DEVICE i32 refill_start() const {
@@ -138,21 +139,15 @@ struct ZstdBits {
   GPQ_DEVICE void refill() {
     i32 start = refill_start();
     if (staged && start >= staged_lo) {
-      // Bytes at or past staged_hi lie above `pos`: never read, zero here.
-      u64 v = 0;
-      for (i32 k = 0; k < 8; k++) {
-        i32 q = start + k;
-        if (q < staged_hi) v |= (u64)staged[q - staged_lo] << (8 * k);
-      }
-      win = v;
+      // start < staged_hi, and bytes at or past staged_hi lie above `pos`
+      // (never read): the two words are inside the window's array.
+      u32 i = (u32)(start - staged_lo), a = i >> 3, sh = 8 * (i & 7);
+      u64 v = staged[a];
+      win = sh ? (v >> sh) | (staged[a + 1] << (64 - sh)) : v;
     } else {
       win = zstd_load8(p, len, (u32)start);
     }
     lo = 8 * start;
-  }
-  // Whether peeking n bits needs no byte outside the staged window.
-  GPQ_DEVICE bool staged_enough(u32 n) const {
-    return pos - (i32)n >= lo || lo == 0 || (staged && refill_start() >= staged_lo);
   }
   // Fails on an empty stream or one whose last byte holds no end marker.
   GPQ_DEVICE bool init(const u8* stream, u32 n) {
@@ -271,8 +266,26 @@ GPQ_DEVICE u32 zstd_read_ncount(const u8* p, u32 avail, i16* norm, u32 max_symbo
   return CHECK_OK;
 }
 
-// Builds an FSE decoding table of 2^log entries from normalized counts.
-GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, u16* next) {
+// What an FSE table is for: the extra bits its symbols take after them
+// (sequence codes, RFC 8878, 3.1.1.3.2.1.1) differ.
+enum ZstdFseKind : u32 { ZSTD_FSE_WEIGHTS = 0, ZSTD_FSE_LL = 1, ZSTD_FSE_ML = 2, ZSTD_FSE_OF = 3 };
+
+// An FSE table entry: the symbol, the bits of the next state, the extra
+// bits the symbol's value takes, and the next state's base. The sequence
+// decoder's chain of dependent steps runs through the bit counts, so they
+// are in the entry rather than behind a second lookup.
+GPQ_DEVICE u32 zstd_fse_entry(u32 kind, u32 symbol, u32 bits, u32 base) {
+  u32 extra = kind == ZSTD_FSE_LL ? ZSTD_LL_BITS[symbol] : kind == ZSTD_FSE_ML ? ZSTD_ML_BITS[symbol] : kind == ZSTD_FSE_OF ? symbol : 0;
+  return symbol | (bits << 8) | (extra << 12) | (base << 17);
+}
+GPQ_DEVICE u32 zstd_fse_symbol(u32 e) { return e & 0xff; }
+GPQ_DEVICE u32 zstd_fse_bits(u32 e) { return (e >> 8) & 15; }
+GPQ_DEVICE u32 zstd_fse_extra(u32 e) { return (e >> 12) & 31; }
+GPQ_DEVICE u32 zstd_fse_base(u32 e) { return e >> 17; }
+
+// Builds an FSE decoding table of 2^log entries (log <= 9) from
+// normalized counts of symbols up to max_sv (within `kind`'s codes).
+GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, u16* next, u32 kind) {
   u32 size = 1u << log, high = size - 1;
   for (u32 s = 0; s <= max_sv; s++) {
     if (norm[s] == -1) {
@@ -300,7 +313,7 @@ GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, 
     if (state == 0) return CHECK_BAD_HEADER;
     u32 bits = log - zstd_highbit(state);
     u32 base = (state << bits) - size;
-    table[u] = s | (bits << 8) | (base << 16);
+    table[u] = zstd_fse_entry(kind, s, bits, base);
   }
   return CHECK_OK;
 }
@@ -308,20 +321,20 @@ GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, 
 // The FSE table of one sequence symbol kind (literal lengths, offsets or
 // match lengths) for `mode`, from p[0, avail); `used` is set to the bytes
 // its description takes.
-GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 mode, const i16* defaults, u32 default_count, u32 default_log,
+GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 kind, u32 mode, const i16* defaults, u32 default_count, u32 default_log,
                               u32 max_symbol, u32 max_log, bool& have, u32& log, const u8* p, u32 avail, u32& used) {
   used = 0;
   if (mode == 0) {   // predefined
     for (u32 s = 0; s < default_count; s++) z.norm[s] = defaults[s];
     log = default_log;
-    u32 r = zstd_build_fse(table, z.norm, default_count - 1, default_log, z.next);
+    u32 r = zstd_build_fse(table, z.norm, default_count - 1, default_log, z.next, kind);
     have = r == CHECK_OK;
     return r;
   }
   if (mode == 1) {   // RLE: one symbol, no bits
     if (avail < 1) return CHECK_TRUNCATED;
     if (p[0] > max_symbol) return CHECK_BAD_HEADER;
-    table[0] = p[0];
+    table[0] = zstd_fse_entry(kind, p[0], 0, 0);
     log = 0;
     used = 1;
     have = true;
@@ -331,7 +344,7 @@ GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 mode, const i16* defa
     u32 max_sv = 0;
     u32 r = zstd_read_ncount(p, avail, z.norm, max_symbol, max_log, max_sv, log, used);
     if (r) return r;
-    r = zstd_build_fse(table, z.norm, max_sv, log, z.next);
+    r = zstd_build_fse(table, z.norm, max_sv, log, z.next, kind);
     have = r == CHECK_OK;
     return r;
   }
@@ -349,7 +362,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     u32 max_sv = 0, wlog = 0, nc = 0;
     u32 r = zstd_read_ncount(p + 1, size, z.norm, 255, 6, max_sv, wlog, nc);
     if (r) return r;
-    r = zstd_build_fse(z.weight_table, z.norm, max_sv, wlog, z.next);
+    r = zstd_build_fse(z.weight_table, z.norm, max_sv, wlog, z.next, ZSTD_FSE_WEIGHTS);
     if (r) return r;
     ZstdBits b;
     if (nc >= size || !b.init(p + 1 + nc, size - nc)) return CHECK_BAD_HEADER;
@@ -360,7 +373,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
       if (count > 253) return CHECK_BAD_HEADER;
       u32 e = z.weight_table[s1];
       z.weights[count++] = (u8)e;
-      s1 = (e >> 16) + b.read((e >> 8) & 0xff);
+      s1 = zstd_fse_base(e) + b.read(zstd_fse_bits(e));
       if (b.pos < 0) {
         z.weights[count++] = (u8)z.weight_table[s2];
         break;
@@ -368,7 +381,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
       if (count > 253) return CHECK_BAD_HEADER;
       e = z.weight_table[s2];
       z.weights[count++] = (u8)e;
-      s2 = (e >> 16) + b.read((e >> 8) & 0xff);
+      s2 = zstd_fse_base(e) + b.read(zstd_fse_bits(e));
       if (b.pos < 0) {
         z.weights[count++] = (u8)z.weight_table[s1];
         break;
@@ -656,13 +669,13 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
     if (modes & 3) return CHECK_BAD_HEADER;
     u32 used = 0, r;
     bool have_ll = p.seq_tables, have_of = p.seq_tables, have_ml = p.seq_tables;
-    r = zstd_seq_table(z, z.ll_table, modes >> 6, ZSTD_LL_DEFAULT, 36, 6, 35, 9, have_ll, p.ll_log, b + at, size - at, used);
+    r = zstd_seq_table(z, z.ll_table, ZSTD_FSE_LL, modes >> 6, ZSTD_LL_DEFAULT, 36, 6, 35, 9, have_ll, p.ll_log, b + at, size - at, used);
     if (r) return r;
     at += used;
-    r = zstd_seq_table(z, z.of_table, (modes >> 4) & 3, ZSTD_OF_DEFAULT, 29, 5, 31, 8, have_of, p.of_log, b + at, size - at, used);
+    r = zstd_seq_table(z, z.of_table, ZSTD_FSE_OF, (modes >> 4) & 3, ZSTD_OF_DEFAULT, 29, 5, 31, 8, have_of, p.of_log, b + at, size - at, used);
     if (r) return r;
     at += used;
-    r = zstd_seq_table(z, z.ml_table, (modes >> 2) & 3, ZSTD_ML_DEFAULT, 53, 6, 52, 9, have_ml, p.ml_log, b + at, size - at, used);
+    r = zstd_seq_table(z, z.ml_table, ZSTD_FSE_ML, (modes >> 2) & 3, ZSTD_ML_DEFAULT, 53, 6, 52, 9, have_ml, p.ml_log, b + at, size - at, used);
     if (r) return r;
     at += used;
     p.seq_tables = true;
@@ -681,16 +694,18 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
   z.lit_at = p.lit_at;
   z.action = z.streams ? ZSTD_LITERALS : ZSTD_SEQUENCES;
   z.nseq = 0;
-  z.waves = 0;
-  z.long_seqs = 0;
+  z.seq_reason = CHECK_OK;
+  z.serial = 0;
   zstd_plan_window(z, p);
   return CHECK_OK;
 }
 
-// Lane 0: decodes the next batch of sequences into z.seq (or, once there
-// are none left, plans the copy of the remaining literals).
+// Lane 0: decodes the next batch of sequences (or, once there are none
+// left, plans the copy of the remaining literals). Only what each step
+// depends on is done here: the table lookups, the bits and the repeat
+// offsets. The checks, the output positions and the order of execution
+// are the warp's, a sequence per lane (zstd_execute).
 GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
-  u32 room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
   u32 n = 0;
   // The hot state in registers for the batch (ZstdPage lives in local memory).
   ZstdBits bits = p.bits;
@@ -700,14 +715,33 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
   u32 reason = CHECK_OK;
   while (n < ZSTD_SEQ_BATCH && seq_left > 0) {
     u32 lle = z.ll_table[ll_state], ofe = z.of_table[of_state], mle = z.ml_table[ml_state];
-    u32 llc = lle & 0xff, ofc = ofe & 0xff, mlc = mle & 0xff;
+    u32 llc = zstd_fse_symbol(lle), ofc = zstd_fse_symbol(ofe), mlc = zstd_fse_symbol(mle);
     if (llc > 35 || mlc > 52 || ofc > 31) {
       reason = CHECK_BAD_HEADER;
       break;
     }
-    u32 ofv = (1u << ofc) + bits.read(ofc);
-    u32 ml = ZSTD_ML_BASE[mlc] + bits.read(ZSTD_ML_BITS[mlc]);
-    u32 ll = ZSTD_LL_BASE[llc] + bits.read(ZSTD_LL_BITS[llc]);
+    // The three fields (offset bits first, then match and literal length:
+    // at most 31 + 16 + 16 bits) from the word at once, after at most one
+    // refill; bit by bit only near the stream's start. One refill usually
+    // serves the next states too.
+    u32 mlb = zstd_fse_extra(mle), llb = zstd_fse_extra(lle), n1 = ofc + mlb + llb;
+    u32 lln = zstd_fse_bits(lle), mln = zstd_fse_bits(mle), ofn = zstd_fse_bits(ofe), n2 = lln + mln + ofn;
+    if (bits.pos - bits.lo < (i32)(n1 + n2) && bits.lo > 0) bits.refill();
+    u32 ofx, mlx, llx;
+    if (bits.pos - bits.lo >= (i32)n1) {
+      u64 v = (bits.win >> (bits.pos - (i32)n1 - bits.lo)) & ((1ull << n1) - 1);
+      llx = (u32)(v & ((1ull << llb) - 1));
+      mlx = (u32)((v >> llb) & ((1ull << mlb) - 1));
+      ofx = (u32)(v >> (llb + mlb));
+      bits.pos -= (i32)n1;
+    } else {
+      ofx = bits.read(ofc);
+      mlx = bits.read(mlb);
+      llx = bits.read(llb);
+    }
+    u32 ofv = (1u << ofc) + ofx;
+    u32 ml = ZSTD_ML_BASE[mlc] + mlx;
+    u32 ll = ZSTD_LL_BASE[llc] + llx;
     u32 off;
     if (ofv > 3) {
       off = ofv - 3;
@@ -726,52 +760,34 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
       }
     }
     seq_left--;
-    if (seq_left > 0) {
-      ll_state = (lle >> 16) + bits.read((lle >> 8) & 0xff);
-      ml_state = (mle >> 16) + bits.read((mle >> 8) & 0xff);
-      of_state = (ofe >> 16) + bits.read((ofe >> 8) & 0xff);
+    if (seq_left > 0) {   // the next states: literal length first, then match, then offset (at most 26 bits)
+      if (bits.pos - bits.lo < (i32)n2 && bits.lo > 0) bits.refill();
+      if (bits.pos - bits.lo >= (i32)n2) {
+        u64 v = (bits.win >> (bits.pos - (i32)n2 - bits.lo)) & ((1ull << n2) - 1);
+        of_state = zstd_fse_base(ofe) + (u32)(v & ((1ull << ofn) - 1));
+        ml_state = zstd_fse_base(mle) + (u32)((v >> ofn) & ((1ull << mln) - 1));
+        ll_state = zstd_fse_base(lle) + (u32)(v >> (ofn + mln));
+        bits.pos -= (i32)n2;
+      } else {
+        ll_state = zstd_fse_base(lle) + bits.read(lln);
+        ml_state = zstd_fse_base(mle) + bits.read(mln);
+        of_state = zstd_fse_base(ofe) + bits.read(ofn);
+      }
     }
     if (bits.pos < 0) {
       reason = CHECK_TRUNCATED;
       break;
     }
-    // Checks, in the reference library's order.
-    if (ll > p.lit_size - lit_used) {
-      reason = CHECK_TRUNCATED;
-      break;
-    }
-    if ((u64)matched + ml + p.lit_size > room) {
-      reason = CHECK_OUTPUT_OVERRUN;
-      break;
-    }
-    u32 at = p.block_start_op + lit_used + matched;
-    u32 before = at + ll - p.frame_start;   // output of the frame before the match
-    if (off == 0 || off > before || off > p.window) {
-      reason = CHECK_BAD_OFFSET;
-      break;
-    }
-    ZstdSeq& s = z.seq[n];
-    s.at = at;
-    s.lit = lit_used;
-    s.ll = ll;
-    s.ml = ml;
-    s.off = off;
-    // The wave after every earlier sequence of the batch whose output the
-    // match reads ([from, to): its source, cut to the batch's output so far).
-    u32 src = at + ll - off, end = src + (ml < off ? ml : off);
-    u32 from = src > z.seq[0].at ? src : z.seq[0].at, to = end < at ? end : at;
-    if (n == 0) from = to;
-    u32 wave = 0;
-    for (i32 j = (i32)n - 1; j >= 0 && from < to; j--) {
-      const ZstdSeq& e = z.seq[j];
-      if (e.at + e.ll + e.ml <= from) break;
-      if (e.at < to && e.wave + 1 > wave) wave = e.wave + 1;
-    }
-    s.wave = wave;
+    z.seq_ll[n] = ll;
+    z.seq_ml[n] = ml;
+    z.seq_off[n] = off;
     n++;
+    // Bounded: ll and ml are below 2^18, so 32 of them cannot wrap; the
+    // warp checks the batch before anything depends on these sums.
     lit_used += ll;
     matched += ml;
   }
+  u32 lit0 = p.lit_used, matched0 = p.matched;
   p.bits = bits;
   p.ll_state = ll_state;
   p.of_state = of_state;
@@ -782,29 +798,26 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
   p.seq_left = seq_left;
   p.lit_used = lit_used;
   p.matched = matched;
-  if (reason != CHECK_OK) return reason;
-  if (n > 0) {
+  if (n > 0 || reason != CHECK_OK) {
+    z.nseq = n;
+    z.seq_reason = reason;
+    z.seq_lit0 = lit0;
+    z.seq_matched0 = matched0;
+    z.seq_at0 = p.block_start_op + lit0 + matched0;
+    z.lit_size = p.lit_size;
+    z.room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
+    z.frame_start = p.frame_start;
+    z.window = p.window;
     // Literals in the output tail that a later sequence of the batch could
     // overwrite before an earlier one reads them (near a page's end): one
-    // wave per sequence, in order.
-    const ZstdSeq& last = z.seq[n - 1];
-    bool serial = p.lit_kind == 2 && last.at + last.ll + last.ml > p.lit_at + z.seq[0].lit;
-    u32 waves = 0, long_seqs = 0;
-    for (u32 k = 0; k < n; k++) {
-      if (serial) z.seq[k].wave = k;
-      if (z.seq[k].wave + 1 > waves) waves = z.seq[k].wave + 1;
-      if (z.seq[k].ll + z.seq[k].ml > ZSTD_LANE_COPY) long_seqs |= 1u << k;
-    }
-    z.long_seqs = long_seqs;
-    z.serial = serial;
+    // sequence at a time, in order.
+    z.serial = p.lit_kind == 2 && (u64)z.seq_at0 + (lit_used - lit0) + (matched - matched0) > (u64)p.lit_at + lit0;
     z.action = ZSTD_SEQUENCES;
-    z.nseq = n;
-    z.waves = waves;
     zstd_plan_window(z, p);
     return CHECK_OK;
   }
-  // No sequences left: the stream must be used up exactly, then the
-  // remaining literals follow the last match.
+  // No sequences left (the warp checked every batch): the stream must be
+  // used up exactly, then the remaining literals follow the last match.
   if (p.bits.pos != 0) return CHECK_BAD_HEADER;
   u32 left = p.lit_size - p.lit_used;
   u32 at = p.block_start_op + p.lit_used + p.matched;
@@ -902,30 +915,33 @@ GPQ_DEVICE void zstd_literals(ZstdWarp& z, const u8* in, u8* out, u32 lane) {
       z.huf_hi[lane] = hi;
     }
     __syncwarp();
-    for (u32 t = 0; t < streams; t++) zstd_stage(z.huf_window[t], z.huf_src[t], z.huf_lo[t], z.huf_hi[t], lane);
+    for (u32 t = 0; t < streams; t++) zstd_stage((u8*)z.huf_window[t], z.huf_src[t], z.huf_lo[t], z.huf_hi[t], lane);
     __syncwarp();
     if (active) {
       b.staged = z.huf_window[lane];
       b.staged_lo = z.huf_lo[lane];
       b.staged_hi = z.huf_hi[lane];
       u32 mask = (1u << log) - 1;
-      while (k < count && b.staged_enough(log)) {
-        // Four symbols without checks while the word holds their bits (a
-        // symbol takes at most `log` bits); then one at a time.
-        if (b.pos - b.lo >= (i32)(4 * log) && k + 4 <= count) {
-#pragma unroll
-          for (u32 q = 0; q < 4; q++) {
-            u32 e = z.huf[(u32)(b.win >> (b.pos - (i32)log - b.lo)) & mask];
-            dst[k + q] = (u8)e;
-            b.pos -= (i32)(e >> 8);
+      while (k < count) {
+        if (b.pos - b.lo < (i32)log) {
+          if (b.lo > 0) {   // a refill, from this round's window only
+            if (b.refill_start() < b.staged_lo) break;
+            b.refill();
+          } else {   // near the stream's start: bits below it read as zeros
+            u32 e = z.huf[b.peek(log)];
+            dst[k++] = (u8)e;
+            b.skip(e >> 8);
+            if (b.pos < 0) break;
+            continue;
           }
-          k += 4;
-          continue;
         }
-        u32 e = z.huf[b.peek(log)];
-        dst[k++] = (u8)e;
-        b.skip(e >> 8);
-        if (b.pos < 0) break;
+        // Symbols without further checks while the word holds their bits
+        // (a symbol takes at most `log` bits): five or more per refill.
+        while (k < count && b.pos - b.lo >= (i32)log) {
+          u32 e = z.huf[(u32)(b.win >> (b.pos - (i32)log - b.lo)) & mask];
+          dst[k++] = (u8)e;
+          b.pos -= (i32)(e >> 8);
+        }
       }
       if (b.pos < 0) {
         r = CHECK_TRUNCATED;
@@ -941,65 +957,123 @@ GPQ_DEVICE void zstd_literals(ZstdWarp& z, const u8* in, u8* out, u32 lane) {
   __syncwarp();
 }
 
-// One lane: copies n bytes from src to dst, 8 at a time, loads before
-// stores. dst <= src, or src + 8 <= dst (a match at least 8 back): either
+// One lane: copies n bytes from src to dst, C at a time, loads before
+// stores. dst <= src, or src + C <= dst (a match at least C back): either
 // way every byte is read before it is overwritten, or after it is written.
+// The larger C, the fewer round trips to memory a copy waits for.
+template <u32 C>
 GPQ_DEVICE void zstd_lane_copy(u8* dst, const u8* src, u32 n) {
-  for (u32 j = 0; j < n; j += 8) {
-    u8 t[8];
+  for (u32 j = 0; j < n; j += C) {
+    u8 t[C];
 #pragma unroll
-    for (u32 q = 0; q < 8; q++) t[q] = j + q < n ? src[j + q] : 0;
+    for (u32 q = 0; q < C; q++) t[q] = j + q < n ? src[j + q] : 0;
 #pragma unroll
-    for (u32 q = 0; q < 8; q++)
+    for (u32 q = 0; q < C; q++)
       if (j + q < n) dst[j + q] = t[q];
   }
 }
 
-// One lane executes a short sequence: its literals, then its match.
-GPQ_DEVICE void zstd_lane_sequence(u8* out, const u8* lits, u32 kind, u8 rle, const ZstdSeq& s) {
-  u8* d = out + s.at;
+// One lane executes a short sequence: `ll` literals from index `lit` to
+// out[at], then its match.
+GPQ_DEVICE void zstd_lane_sequence(u8* out, const u8* lits, u32 kind, u8 rle, u32 at, u32 lit, u32 ll, u32 ml, u32 off) {
+  u8* d = out + at;
   if (kind == 1) {
-    for (u32 j = 0; j < s.ll; j++) d[j] = rle;
+    for (u32 j = 0; j < ll; j++) d[j] = rle;
   } else {
-    zstd_lane_copy(d, lits + s.lit, s.ll);
+    zstd_lane_copy<16>(d, lits + lit, ll);
   }
-  u8* m = d + s.ll;
-  if (s.off >= 8) {
-    zstd_lane_copy(m, m - s.off, s.ml);
+  u8* m = d + ll;
+  if (off >= 16) {
+    zstd_lane_copy<16>(m, m - off, ml);
+  } else if (off >= 8) {
+    zstd_lane_copy<8>(m, m - off, ml);
   } else {   // the last off (< 8) bytes, repeated
     u64 pattern = 0;
-    for (u32 j = 0; j < s.off; j++) pattern |= (u64)m[(i64)j - (i64)s.off] << (8 * j);
+    for (u32 j = 0; j < off; j++) pattern |= (u64)m[(i64)j - (i64)off] << (8 * j);
     u32 r = 0;
-    for (u32 j = 0; j < s.ml; j++) {
+    for (u32 j = 0; j < ml; j++) {
       m[j] = (u8)(pattern >> (8 * r));
-      if (++r == s.off) r = 0;
+      if (++r == off) r = 0;
     }
   }
 }
 
-// The warp executes z.seq's batch, wave by wave (see zstd_decode_sequences).
-GPQ_DEVICE void zstd_execute(ZstdWarp& z, u8* out, u32 lane) {
-  u32 n = z.nseq, waves = z.waves, kind = z.lit_kind;
+// The warp checks lane 0's batch and executes it, a sequence per lane.
+// Prefix sums give each sequence its literals and output position; each
+// is checked as the reference library checks it, and the first failure in
+// order is the page's reason (nothing of the batch is written then). A
+// sequence runs once every earlier one whose output its match reads has
+// run, so the batch goes in rounds; long sequences are copied by the whole
+// warp. Returns the reason (the same in every lane) and sets `rounds`.
+GPQ_DEVICE u32 zstd_execute(ZstdWarp& z, u8* out, u32 lane, u32& rounds) {
+  const unsigned FULL = 0xffffffffu;
+  u32 n = z.nseq, kind = z.lit_kind;
+  bool mine = lane < n;
+  u32 ll = mine ? z.seq_ll[lane] : 0, ml = mine ? z.seq_ml[lane] : 0, off = mine ? z.seq_off[lane] : 0;
+  u32 sum_ll = ll, sum_all = ll + ml;   // inclusive prefix sums over the lanes
+#pragma unroll
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u32 a = __shfl_up_sync(FULL, sum_ll, d), b = __shfl_up_sync(FULL, sum_all, d);
+    if (lane >= d) {
+      sum_ll += a;
+      sum_all += b;
+    }
+  }
+  u32 lit = z.seq_lit0 + sum_ll - ll;
+  u32 matched = z.seq_matched0 + (sum_all - sum_ll) - ml;
+  u32 at = z.seq_at0 + sum_all - ll - ml;
+  u32 reason = CHECK_OK;
+  if (mine) {   // in the reference library's order
+    if ((u64)lit + ll > z.lit_size) {
+      reason = CHECK_TRUNCATED;
+    } else if ((u64)matched + ml + z.lit_size > z.room) {
+      reason = CHECK_OUTPUT_OVERRUN;
+    } else {
+      u32 before = at + ll - z.frame_start;   // output of the frame before the match
+      if (off == 0 || off > before || off > z.window) reason = CHECK_BAD_OFFSET;
+    }
+  }
+  u32 bad = __ballot_sync(FULL, reason != CHECK_OK);
+  rounds = 0;
+  if (bad) return __shfl_sync(FULL, reason, __ffs(bad) - 1);
+  if (z.seq_reason != CHECK_OK) return z.seq_reason;
+  // The earlier sequences of the batch whose output the match reads:
+  // [from, to) is its source, cut to the batch's output before it.
+  u32 end = at + ll + ml, dep = 0;
+  if (z.serial) {
+    dep = lane > 0 ? 1u << (lane - 1) : 0;
+  } else {
+    u32 src = at + ll - off, src_end = src + (ml < off ? ml : off);
+    u32 from = src > z.seq_at0 ? src : z.seq_at0, to = src_end < at ? src_end : at;
+    for (u32 j = 0; j < n; j++) {
+      u32 at_j = __shfl_sync(FULL, at, j), end_j = __shfl_sync(FULL, end, j);
+      if (j < lane && from < to && at_j < to && end_j > from) dep |= 1u << j;
+    }
+  }
+  u32 all = n >= 32 ? FULL : (1u << n) - 1, done = 0;
+  u32 longs = __ballot_sync(FULL, mine && ll + ml > ZSTD_LANE_COPY);
   const u8* lits = kind == 2 ? out + z.lit_at : z.lits;
   u8 rle = z.rle;
-  for (u32 w = 0; w < waves; w++) {
-    if (lane < n) {
-      ZstdSeq s = z.seq[lane];
-      if (s.wave == w && s.ll + s.ml <= ZSTD_LANE_COPY) zstd_lane_sequence(out, lits, kind, rle, s);
-    }
-    for (u32 rest = z.long_seqs; rest;) {   // long ones: the whole warp, one at a time (uniform: shared state)
+  // Each round runs at least the first sequence not yet run (all it reads
+  // is written), so n rounds are enough.
+  for (u32 r = 0; r < n && done != all; r++) {
+    u32 ready = __ballot_sync(FULL, mine && !((done >> lane) & 1) && (dep & ~done) == 0);
+    if ((ready & ~longs) >> lane & 1) zstd_lane_sequence(out, lits, kind, rle, at, lit, ll, ml, off);
+    for (u32 rest = ready & longs; rest; rest &= rest - 1) {   // uniform: the same mask in every lane
       u32 k = __ffs(rest) - 1;
-      rest &= rest - 1;
-      ZstdSeq s = z.seq[k];
-      if (s.wave != w) continue;
-      if (s.ll) {
-        if (kind == 1) zstd_fill(out + s.at, rle, s.ll, lane);
-        else zstd_copy_down(out + s.at, lits + s.lit, s.ll, lane);
+      u32 k_at = __shfl_sync(FULL, at, k), k_lit = __shfl_sync(FULL, lit, k), k_ll = __shfl_sync(FULL, ll, k);
+      u32 k_ml = __shfl_sync(FULL, ml, k), k_off = __shfl_sync(FULL, off, k);
+      if (k_ll) {
+        if (kind == 1) zstd_fill(out + k_at, rle, k_ll, lane);
+        else zstd_copy_down(out + k_at, lits + k_lit, k_ll, lane);
       }
-      zstd_match(out, s.at + s.ll, s.ml, s.off, lane);
+      zstd_match(out, k_at + k_ll, k_ml, k_off, lane);
     }
     __syncwarp();
+    done |= ready;
+    rounds++;
   }
+  return CHECK_OK;
 }
 
 // The whole warp decodes one page; returns its CheckReason.
@@ -1015,8 +1089,8 @@ enum ZstdPhase : u32 {
   ZSTD_T_PAGES = 7,       // pages (a count)
   ZSTD_T_SEQUENCES = 8,   // sequences (a count)
   ZSTD_T_BATCHES = 9,     // batches (a count)
-  ZSTD_T_WAVES = 10,      // waves (a count)
-  ZSTD_T_SERIAL = 11,     // batches executed one sequence per wave for their literals' sake (a count)
+  ZSTD_T_WAVES = 10,      // rounds of the batches (a count; "waves" in the log)
+  ZSTD_T_SERIAL = 11,     // batches executed one sequence a round for their literals' sake (a count)
   ZSTD_T_COUNT = 12,
 };
 
@@ -1032,6 +1106,11 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
       mark = now;
     }
   };
+  // Refills may read the staged windows' last words past the staged bytes:
+  // zeros there, not whatever an earlier page left.
+  for (u32 j = lane; j < ZSTD_SEQ_WINDOW / 8 + 1; j += 32) z.seq_window[j] = 0;
+  for (u32 j = lane; j < 4 * (ZSTD_HUF_WINDOW / 8 + 1); j += 32) z.huf_window[j / (ZSTD_HUF_WINDOW / 8 + 1)][j % (ZSTD_HUF_WINDOW / 8 + 1)] = 0;
+  __syncwarp();
   if (lane == 0) {
     p.in = in;
     p.in_len = in_len;
@@ -1072,12 +1151,19 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
     } else if (action == ZSTD_LITERALS) {
       zstd_literals(z, in, out, lane);
     } else if (action == ZSTD_SEQUENCES) {
-      zstd_execute(z, out, lane);
+      u32 rounds;
+      u32 r = zstd_execute(z, out, lane, rounds);
       if (t && lane == 0) {
         t[ZSTD_T_SEQUENCES] += z.nseq;
         t[ZSTD_T_BATCHES] += 1;
-        t[ZSTD_T_WAVES] += z.waves;
+        t[ZSTD_T_WAVES] += rounds;
         t[ZSTD_T_SERIAL] += z.serial;
+      }
+      if (r != CHECK_OK) {   // the same in every lane
+        __syncwarp();
+        if (lane == 0) z.reason = r;
+        __syncwarp();
+        continue;
       }
     } else if (action == ZSTD_TAIL && len) {
       if (z.lit_kind == 1) zstd_fill(out + op, z.rle, len, lane);
@@ -1087,7 +1173,7 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
     lap(action == ZSTD_LITERALS ? ZSTD_T_LITERALS : action == ZSTD_SEQUENCES ? ZSTD_T_EXECUTE : ZSTD_T_COPY);
     if (action == ZSTD_LITERALS || action == ZSTD_SEQUENCES) {
       // The sequence bitstream's next window, for lane 0's next batch.
-      zstd_stage(z.seq_window, z.seq_src, z.seq_lo, z.seq_hi, lane);
+      zstd_stage((u8*)z.seq_window, z.seq_src, z.seq_lo, z.seq_hi, lane);
     }
     __syncwarp();
     lap(ZSTD_T_STAGE);
