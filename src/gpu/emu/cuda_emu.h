@@ -7,6 +7,8 @@
 // Semantics kept: __syncthreads and warp intrinsics are real barriers (a
 // divergent barrier is reported as a deadlock); __shared__ is per block (and
 // per host thread); atomics are trivially atomic because fibers never preempt.
+// Between barriers no order is promised, so the threads of alternate blocks
+// run in opposite orders (GPQ_EMU_ORDER, emu.cpp).
 #pragma once
 
 #include <cstdint>

@@ -209,9 +209,21 @@ static bool run_block(Block* b) {
     start_on(f.ctx, f.stack.data(), kStack, trampoline);
     f.state = RUNNABLE;
   }
+  // Between barriers the threads run in index order in one block and in
+  // reverse order in the next: CUDA promises no order, and a kernel whose
+  // result depends on it (a missing barrier or dependency) then gives a
+  // different result in one of the two. GPQ_EMU_ORDER=forward or reverse
+  // keeps one order for every block.
+  static const int order = [] {
+    const char* v = getenv("GPQ_EMU_ORDER");
+    return !v ? 0 : std::string(v) == "forward" ? 1 : std::string(v) == "reverse" ? 2 : 0;
+  }();
+  static thread_local unsigned long long blocks_run = 0;
+  bool reverse = order == 2 || (order == 0 && (blocks_run++ & 1));
   for (;;) {
     bool ran = false;
-    for (unsigned t = 0; t < b->block_dim; t++) {
+    for (unsigned k = 0; k < b->block_dim; k++) {
+      unsigned t = reverse ? b->block_dim - 1 - k : k;
       if (b->fibers[t].state != RUNNABLE) continue;
       b->current = t;
       ran = true;
