@@ -324,6 +324,13 @@ fn zstd_decoder_agrees_with_the_library(ctx: &Arc<GpuContext>) {
         }
     }
     inputs.push(big);
+    // Prices, one per line: the reference library's higher levels repeat
+    // the Huffman table (treeless literals) and the length tables of the
+    // block before, which the decoder rebuilds (they share its memory).
+    let prices: Vec<u8> = (0..if emulated { 60_000 } else { 300_000 })
+        .flat_map(|_| format!("{}.{:02}\n", 900 + r.below(104_100), r.below(100)).into_bytes())
+        .collect();
+    inputs.push(prices);
     let mutations = if emulated { 6 } else { 60 };
     let mut cases: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = Vec::new(); // bytes, promised, the input it must give
     for input in &inputs {
@@ -352,6 +359,12 @@ fn zstd_decoder_agrees_with_the_library(ctx: &Arc<GpuContext>) {
     let checksummed_case = cases.len();
     cases.push((checksummed, a.len() as u64, None));
 
+    // The frames the library wrote must reach both rebuilds, or this test
+    // proves nothing about them.
+    let blocks: Vec<(u8, Option<u8>)> = cases.iter().filter(|c| c.2.is_some()).flat_map(|c| zstd_block_modes(&c.0)).collect();
+    assert!(blocks.iter().any(|b| b.0 == 3), "no block with treeless literals");
+    assert!(blocks.iter().any(|b| b.1.is_some_and(|m| m >> 6 == 3 || (m >> 2) & 3 == 3)), "no block repeats a length table");
+
     let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _)| (b.as_slice(), *n)).collect();
     let got = gpq::decode::unzstd_pages(&stream(ctx), &pages).unwrap();
     let (mut accepted_mutants, mut refused) = (0, 0);
@@ -372,6 +385,65 @@ fn zstd_decoder_agrees_with_the_library(ctx: &Arc<GpuContext>) {
     assert_ne!(got[checksummed_case].0, 0, "a checksummed frame is left to the CPU");
     eprintln!("zstd decoder: {} cases, {refused} refused, {accepted_mutants} mutated frames accepted (each as the library decodes it)", cases.len());
     assert!(refused > 20);
+}
+
+/// The compressed blocks of the ZSTD frames in `bytes` (RFC 8878): each
+/// one's literals type (3: treeless, the previous Huffman table) and its
+/// sequence table modes byte (None without sequences). Raw and RLE blocks
+/// are left out, and skippable frames skipped.
+fn zstd_block_modes(bytes: &[u8]) -> Vec<(u8, Option<u8>)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i + 6 <= bytes.len() {
+        if bytes[i] & 0xF0 == 0x50 && bytes[i + 1..i + 4] == [0x2A, 0x4D, 0x18] {
+            i += 8 + u32::from_le_bytes(bytes[i + 4..i + 8].try_into().unwrap()) as usize;
+            continue;
+        }
+        assert_eq!(bytes[i..i + 4], [0x28, 0xB5, 0x2F, 0xFD], "a ZSTD frame");
+        let fhd = bytes[i + 4];
+        let (fcs_flag, single, dict) = (fhd >> 6, (fhd >> 5) & 1, fhd & 3);
+        i += 5 + (single == 0) as usize + [0, 1, 2, 4][dict as usize] + [single as usize, 2, 4, 8][fcs_flag as usize];
+        loop {
+            let bh = u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], 0]);
+            i += 3;
+            let (last, kind, size) = (bh & 1 == 1, (bh >> 1) & 3, (bh >> 3) as usize);
+            if kind == 2 {
+                let b = &bytes[i..i + size];
+                let (lit_type, format) = (b[0] & 3, (b[0] >> 2) & 3);
+                let mut at = if lit_type < 2 {
+                    let (header, count) = match format {
+                        0 | 2 => (1, (b[0] >> 3) as usize),
+                        1 => (2, (u16::from_le_bytes([b[0], b[1]]) >> 4) as usize),
+                        _ => (3, (u32::from_le_bytes([b[0], b[1], b[2], 0]) >> 4) as usize),
+                    };
+                    header + if lit_type == 0 { count } else { 1 }
+                } else {
+                    let (header, bits) = match format {
+                        0 | 1 => (3, 10),
+                        2 => (4, 14),
+                        _ => (5, 18),
+                    };
+                    let h = b[..header].iter().rev().fold(0u64, |h, &x| h << 8 | x as u64);
+                    header + ((h >> (4 + bits)) & ((1 << bits) - 1)) as usize
+                };
+                let mut count = b[at] as usize;
+                at += 1;
+                if count == 255 {
+                    count = u16::from_le_bytes([b[at], b[at + 1]]) as usize + 0x7F00;
+                    at += 2;
+                } else if count >= 128 {
+                    count = ((count - 128) << 8) + b[at] as usize;
+                    at += 1;
+                }
+                found.push((lit_type, (count > 0).then(|| b[at])));
+            }
+            i += if kind == 1 { 1 } else { size };
+            if last {
+                break;
+            }
+        }
+    }
+    found
 }
 
 /// Which pages of the compressed regression inputs the device check stops

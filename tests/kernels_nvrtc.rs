@@ -101,3 +101,81 @@ fn compile_errors_carry_the_log() {
     assert!(matches!(err, gpq::Error::Kernel { stage: "nvrtc", .. }), "{err:?}");
     assert!(text.contains("not_declared_anywhere") && text.contains("bad.cu(2)"), "{text}");
 }
+
+/// What one kernel of a cubin asks of an SM, read from its ELF: registers a
+/// thread and local frame (`.nv.info` attributes REGCOUNT and FRAME_SIZE of
+/// its symbol) and shared memory a block (its `.nv.shared.` section, which
+/// on sm_90 includes the 1 KB the system reserves a block).
+#[derive(Debug, PartialEq)]
+struct KernelResources {
+    registers: u32,
+    frame_bytes: u32,
+    shared_bytes: u64,
+}
+
+fn kernel_resources(elf: &[u8], kernel: &str) -> KernelResources {
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF image");
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    // (name, type, offset, size, link) of each section
+    let sections: Vec<(u32, u32, usize, usize, u32)> = (0..shnum)
+        .map(|i| {
+            let h = shoff + i * shentsize;
+            (u32_at(h), u32_at(h + 4), u64_at(h + 0x18) as usize, u64_at(h + 0x20) as usize, u32_at(h + 0x28))
+        })
+        .collect();
+    let c_str = |o: usize| std::str::from_utf8(&elf[o..o + elf[o..].iter().position(|&b| b == 0).unwrap()]).unwrap();
+    let section_name = |s: &(u32, u32, usize, usize, u32)| c_str(sections[shstrndx].2 + s.0 as usize);
+    let find = |name: &str| sections.iter().find(|s| section_name(s) == name).unwrap_or_else(|| panic!("no section {name}"));
+    let symtab = sections.iter().find(|s| s.1 == 2).expect("a symbol table");
+    let strings = sections[symtab.4 as usize].2;
+    let symbol = (0..symtab.3 / 24)
+        .find(|&i| c_str(strings + u32_at(symtab.2 + i * 24) as usize) == kernel)
+        .unwrap_or_else(|| panic!("no symbol {kernel}")) as u32;
+    // .nv.info: attributes of 4-byte headers (format, attribute, size);
+    // format 4 carries `size` bytes: (symbol, value) for the two read here.
+    let info = find(".nv.info");
+    let (mut registers, mut frame_bytes) = (None, None);
+    let mut at = info.2;
+    while at < info.2 + info.3 {
+        let (format, attribute) = (elf[at], elf[at + 1]);
+        let size = if format == 4 { u16_at(at + 2) } else { 0 };
+        if format == 4 && size == 8 && u32_at(at + 4) == symbol {
+            match attribute {
+                0x2f => registers = Some(u32_at(at + 8)),
+                0x11 => frame_bytes = Some(u32_at(at + 8)),
+                _ => {}
+            }
+        }
+        at += 4 + size;
+    }
+    KernelResources {
+        registers: registers.expect("REGCOUNT"),
+        frame_bytes: frame_bytes.expect("FRAME_SIZE"),
+        shared_bytes: find(&format!(".nv.shared.{kernel}")).3 as u64,
+    }
+}
+
+/// gpq's ZSTD decoder is bound by how many pages an SM keeps in flight
+/// (src/gpu/kernels/unzstd.cu): on an H100 or H200 (sm_90, 228 KB of shared
+/// memory and 64 K registers an SM) its blocks of 64 threads must fit 14 an
+/// SM by shared memory and by registers, without spilling to local memory.
+/// An edit that grows its shared memory or its register needs fails here,
+/// not as a slower read on the device.
+#[test]
+fn zstd_decoder_keeps_fourteen_blocks_an_sm_on_sm_90() {
+    let image = gpq::gpu::prebuilt::IMAGES.iter().find(|i| i.arch == "sm_90").unwrap();
+    let r = kernel_resources(&image.bytes().unwrap(), "gpq_unzstd");
+    eprintln!("gpq_unzstd on sm_90: {r:?}");
+    let blocks_by_shared = (228 * 1024) / r.shared_bytes;
+    let blocks_by_registers = 65536 / (64 * r.registers.next_multiple_of(8) as u64);
+    assert!(blocks_by_shared >= 14, "{} bytes of shared memory a block: {blocks_by_shared} blocks an SM", r.shared_bytes);
+    assert!(blocks_by_registers >= 14, "{} registers a thread: {blocks_by_registers} blocks an SM", r.registers);
+    assert_eq!(r.frame_bytes, 0, "the decoder spills to local memory");
+    // The parser itself, on a kernel with a frame: the aggregation kernel
+    // keeps arrays in local memory.
+    let aggregate = kernel_resources(&image.bytes().unwrap(), "gpq_aggregate");
+    assert!(aggregate.frame_bytes > 0 && aggregate.registers > 0, "{aggregate:?}");
+}

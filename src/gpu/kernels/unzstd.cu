@@ -23,8 +23,18 @@
 // never overtake the literals still to be read, because the block's output
 // (literals plus matches) must fit in what is left of the slot, so no
 // scratch memory is needed.
+//
+// The decoder's speed is how many pages an SM keeps in flight, since lane
+// 0's work is one chain of dependent steps that only other warps can hide.
+// So a warp's shared memory is kept small (tables never used at the same
+// time share it; see ZstdWarp) and so are its registers: lane 0's page
+// state lives in shared memory, and the launch bounds ask for as many
+// blocks an SM as that shared memory allows on an H100 (UNZSTD_MIN_BLOCKS).
 
 #define UNZSTD_WARPS 2                 // warps (pages) a block: decompress.rs launches 64 threads a block
+#ifndef UNZSTD_MIN_BLOCKS
+#define UNZSTD_MIN_BLOCKS 14           // blocks an SM: 233,472 bytes of shared memory / 16,416 a block (with the 1 KB reserved)
+#endif
 #define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
 #define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
 #define ZSTD_SEQ_BATCH 32              // sequences decoded by lane 0 before the warp executes them
@@ -50,26 +60,49 @@ __constant__ const i16 ZSTD_ML_DEFAULT[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1
 __constant__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
                                             1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
 
-// Everything a warp keeps for its page. The tables outlive a block: a
-// block may repeat the previous block's Huffman or FSE tables.
+// The literal- and match-length FSE tables (zstd_fse_entry).
+struct ZstdLengthTables {
+  u32 ll[512];
+  u32 ml[512];
+};
+
+// What the table builders work in: normalized counts, the next state per
+// symbol, Huffman weights and the FSE table they are coded with.
+struct ZstdScratch {
+  i16 norm[256];
+  u16 next[256];
+  u8 weights[256];
+  u32 weight_table[64];
+};
+
+// Staged bitstream bytes, as words so that a refill is two aligned loads;
+// the extra word lets a refill read past the staged bytes (bits above the
+// reader's position, never used, so whatever they hold is harmless).
+struct ZstdWindows {
+  u64 seq[ZSTD_SEQ_WINDOW / 8 + 1];      // sequence bitstream bytes [seq_lo, seq_hi)
+  u64 huf[4][ZSTD_HUF_WINDOW / 8 + 1];   // Huffman stream bytes [huf_lo[s], huf_hi[s])
+};
+
+// Everything a warp keeps for its page. Shared memory bounds how many pages
+// an SM decodes at once, so what is never needed at the same time shares
+// it: the Huffman table is read only while a block's literals are decoded
+// and the length tables only after, and the builders' scratch is dead
+// before any window is staged. A later block that repeats a table the
+// other one overwrote rebuilds it from its description (ZstdPage).
 struct ZstdWarp {
-  u32 ll_table[512];     // FSE decoding tables (zstd_fse_entry)
-  u32 ml_table[512];
-  u32 of_table[256];
-  u32 weight_table[64];  // FSE table of Huffman weights
-  u16 huf[2048];         // Huffman decoding table: symbol | bits << 8 (RFC 8878: at most 11 bits)
-  i16 norm[256];         // scratch: normalized counts
-  u16 next[256];         // scratch: next state per symbol
-  u8 weights[256];       // scratch: Huffman weights
+  union {
+    ZstdLengthTables lengths;
+    u16 huf[2048];       // Huffman decoding table: symbol | bits << 8 (RFC 8878: at most 11 bits)
+  };
+  u32 of_table[256];     // the offset codes' FSE table
+  union {
+    ZstdScratch build;
+    ZstdWindows staged;
+  };
   // A batch of decoded sequences: `ll` literals, then a match of `ml` bytes
   // from `off` bytes back. Where each goes, and whether it is valid, the
   // warp works out from the batch's start (seq_lit0, seq_matched0, seq_at0).
   u32 seq_ll[ZSTD_SEQ_BATCH], seq_ml[ZSTD_SEQ_BATCH], seq_off[ZSTD_SEQ_BATCH];
-  // Staged bitstream bytes, as words so that a refill is two aligned loads;
-  // the extra word lets a refill read past the staged bytes (bits above the
-  // reader's position, never used).
-  u64 seq_window[ZSTD_SEQ_WINDOW / 8 + 1];      // sequence bitstream bytes [seq_lo, seq_hi)
-  u64 huf_window[4][ZSTD_HUF_WINDOW / 8 + 1];   // Huffman stream bytes [huf_lo[s], huf_hi[s])
   const u8* seq_src;
   i32 seq_lo, seq_hi;
   const u8* huf_src[4];
@@ -180,27 +213,6 @@ struct ZstdBits {
     wlo = whi > size ? whi - size : 0;
   }
 };
-
-// The warp stages bytes [lo, hi) of src in dst (hi - lo <= capacity).
-// Eight loads per lane are in flight before any store: one global round
-// trip per 256 bytes, not per 32 (the compiler cannot reorder a load past a
-// store through pointers that may alias).
-GPQ_DEVICE void zstd_stage(u8* dst, const u8* src, i32 lo, i32 hi, u32 lane) {
-  i32 n = hi - lo;
-  for (i32 b = 0; b < n; b += 256) {
-    u8 t[8];
-#pragma unroll
-    for (i32 q = 0; q < 8; q++) {
-      i32 j = b + 32 * q + (i32)lane;
-      t[q] = j < n ? src[lo + j] : 0;
-    }
-#pragma unroll
-    for (i32 q = 0; q < 8; q++) {
-      i32 j = b + 32 * q + (i32)lane;
-      if (j < n) dst[j] = t[q];
-    }
-  }
-}
 
 // Reads an FSE table description (RFC 8878, 4.1.1) from p[0, avail):
 // normalized counts into `norm`, with the largest symbol and the accuracy.
@@ -318,18 +330,18 @@ GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, 
   return CHECK_OK;
 }
 
-// The FSE table of one sequence symbol kind (literal lengths, offsets or
-// match lengths) for `mode`, from p[0, avail); `used` is set to the bytes
-// its description takes.
-GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 kind, u32 mode, const i16* defaults, u32 default_count, u32 default_log,
-                              u32 max_symbol, u32 max_log, bool& have, u32& log, const u8* p, u32 avail, u32& used) {
+// Builds the FSE table of one kind of sequence code (literal lengths,
+// offsets or match lengths) for `mode` 0 to 2, from p[0, avail); `used` is
+// set to the bytes its description takes.
+GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 kind, u32 mode, const u8* p, u32 avail, u32& log, u32& used) {
   used = 0;
+  u32 max_symbol = kind == ZSTD_FSE_LL ? 35 : kind == ZSTD_FSE_ML ? 52 : 31;
   if (mode == 0) {   // predefined
-    for (u32 s = 0; s < default_count; s++) z.norm[s] = defaults[s];
-    log = default_log;
-    u32 r = zstd_build_fse(table, z.norm, default_count - 1, default_log, z.next, kind);
-    have = r == CHECK_OK;
-    return r;
+    const i16* defaults = kind == ZSTD_FSE_LL ? ZSTD_LL_DEFAULT : kind == ZSTD_FSE_ML ? ZSTD_ML_DEFAULT : ZSTD_OF_DEFAULT;
+    u32 count = kind == ZSTD_FSE_LL ? 36 : kind == ZSTD_FSE_ML ? 53 : 29;
+    for (u32 s = 0; s < count; s++) z.build.norm[s] = defaults[s];
+    log = kind == ZSTD_FSE_OF ? 5 : 6;
+    return zstd_build_fse(table, z.build.norm, count - 1, log, z.build.next, kind);
   }
   if (mode == 1) {   // RLE: one symbol, no bits
     if (avail < 1) return CHECK_TRUNCATED;
@@ -337,18 +349,13 @@ GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 kind, u32 mode, const
     table[0] = zstd_fse_entry(kind, p[0], 0, 0);
     log = 0;
     used = 1;
-    have = true;
     return CHECK_OK;
   }
-  if (mode == 2) {   // FSE-compressed
-    u32 max_sv = 0;
-    u32 r = zstd_read_ncount(p, avail, z.norm, max_symbol, max_log, max_sv, log, used);
-    if (r) return r;
-    r = zstd_build_fse(table, z.norm, max_sv, log, z.next, kind);
-    have = r == CHECK_OK;
-    return r;
-  }
-  return have ? CHECK_OK : CHECK_BAD_HEADER;   // repeat the previous block's table
+  // FSE-compressed
+  u32 max_sv = 0;
+  u32 r = zstd_read_ncount(p, avail, z.build.norm, max_symbol, kind == ZSTD_FSE_OF ? 8 : 9, max_sv, log, used);
+  if (r) return r;
+  return zstd_build_fse(table, z.build.norm, max_sv, log, z.build.next, kind);
 }
 
 // Reads a Huffman tree description (RFC 8878, 4.2.1) from p[0, avail) and
@@ -360,9 +367,9 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     u32 size = header;
     if (size + 1 > avail || size == 0) return CHECK_TRUNCATED;
     u32 max_sv = 0, wlog = 0, nc = 0;
-    u32 r = zstd_read_ncount(p + 1, size, z.norm, 255, 6, max_sv, wlog, nc);
+    u32 r = zstd_read_ncount(p + 1, size, z.build.norm, 255, 6, max_sv, wlog, nc);
     if (r) return r;
-    r = zstd_build_fse(z.weight_table, z.norm, max_sv, wlog, z.next, ZSTD_FSE_WEIGHTS);
+    r = zstd_build_fse(z.build.weight_table, z.build.norm, max_sv, wlog, z.build.next, ZSTD_FSE_WEIGHTS);
     if (r) return r;
     ZstdBits b;
     if (nc >= size || !b.init(p + 1 + nc, size - nc)) return CHECK_BAD_HEADER;
@@ -371,19 +378,19 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     // (the state read past its start gives no weight, the other one does).
     for (;;) {
       if (count > 253) return CHECK_BAD_HEADER;
-      u32 e = z.weight_table[s1];
-      z.weights[count++] = (u8)e;
+      u32 e = z.build.weight_table[s1];
+      z.build.weights[count++] = (u8)e;
       s1 = zstd_fse_base(e) + b.read(zstd_fse_bits(e));
       if (b.pos < 0) {
-        z.weights[count++] = (u8)z.weight_table[s2];
+        z.build.weights[count++] = (u8)z.build.weight_table[s2];
         break;
       }
       if (count > 253) return CHECK_BAD_HEADER;
-      e = z.weight_table[s2];
-      z.weights[count++] = (u8)e;
+      e = z.build.weight_table[s2];
+      z.build.weights[count++] = (u8)e;
       s2 = zstd_fse_base(e) + b.read(zstd_fse_bits(e));
       if (b.pos < 0) {
-        z.weights[count++] = (u8)z.weight_table[s1];
+        z.build.weights[count++] = (u8)z.build.weight_table[s1];
         break;
       }
     }
@@ -394,14 +401,14 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     if (size + 1 > avail) return CHECK_TRUNCATED;
     for (u32 k = 0; k < count; k++) {
       u8 b = p[1 + k / 2];
-      z.weights[k] = k % 2 == 0 ? b >> 4 : b & 15;
+      z.build.weights[k] = k % 2 == 0 ? b >> 4 : b & 15;
     }
     used = 1 + size;
   }
   // The last weight is implied: it completes the total to a power of two.
   u32 total = 0, rank1 = 0;
   for (u32 k = 0; k < count; k++) {
-    u32 w = z.weights[k];
+    u32 w = z.build.weights[k];
     if (w > 12) return CHECK_BAD_HEADER;
     total += (1u << w) >> 1;
     rank1 += w == 1;
@@ -413,14 +420,14 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
   u32 rest = (1u << log) - total;
   u32 last = zstd_highbit(rest) + 1;
   if ((1u << (last - 1)) != rest) return CHECK_BAD_HEADER;
-  z.weights[count++] = (u8)last;
+  z.build.weights[count++] = (u8)last;
   rank1 += last == 1;
   if (rank1 < 2 || (rank1 & 1)) return CHECK_BAD_HEADER;
   // Codes by weight, lightest first, then by symbol: each symbol of weight
   // w fills 2^(w-1) entries of the 2^log table.
-  u16* start = z.next;   // free again once the weights are decoded (shared: an indexed local array is slow)
+  u16* start = z.build.next;   // free again once the weights are decoded (shared: an indexed local array is slow)
   for (u32 w = 0; w < 13; w++) start[w] = 0;
-  for (u32 s = 0; s < count; s++) start[z.weights[s]]++;   // counts first, then where each weight's codes begin
+  for (u32 s = 0; s < count; s++) start[z.build.weights[s]]++;   // counts first, then where each weight's codes begin
   u32 at = 0;
   for (u32 w = 1; w <= 12; w++) {
     u32 n = start[w];
@@ -428,7 +435,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     at += n << (w - 1);
   }
   for (u32 s = 0; s < count; s++) {
-    u32 w = z.weights[s];
+    u32 w = z.build.weights[s];
     if (w == 0) continue;
     u32 n = 1u << (w - 1), at = start[w];
     u16 e = (u16)(s | ((log + 1 - w) << 8));
@@ -438,7 +445,17 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
   return CHECK_OK;
 }
 
-// What lane 0 keeps of a page between steps.
+// How the sequence table of one kind in use was described: its mode (0
+// predefined, 1 RLE, 2 FSE-compressed; ZSTD_NO_TABLE: none yet in this
+// frame) and, for modes 1 and 2, where in the page's input.
+struct ZstdTableDesc {
+  u32 mode, at, avail;
+};
+#define ZSTD_NO_TABLE 4u
+
+// What lane 0 keeps of a page between steps, in shared memory: held in
+// registers, the plan-time fields would raise the whole kernel's register
+// count (and so lower the warps an SM runs) for the sake of cold code.
 struct ZstdPage {
   const u8* in;
   u32 in_len, out_len;
@@ -446,11 +463,16 @@ struct ZstdPage {
   u32 frame_start, window, block_max;
   u64 fcs;
   bool has_fcs, last_block, in_frame;
-  bool lit_table, seq_tables;  // tables a block may repeat
+  // The tables a later block may repeat: their descriptions, and whether
+  // each still stands in shared memory (see ZstdWarp).
+  ZstdTableDesc ll_desc, of_desc, ml_desc;
+  u32 huf_at, huf_avail;     // the Huffman tree description in use (huf_avail 0: none yet)
+  bool huf_valid, lengths_valid;
   u32 ll_log, of_log, ml_log, huf_log;
   u32 rep0, rep1, rep2;      // repeat offsets (scalars: an indexed array would live in local memory)
   // The block being decoded.
   u32 block_end, block_start_op;
+  u32 seq_at;                // input offset of the block's sequences section
   u32 lit_size, lit_at;      // literal count and where they are in the output tail
   const u8* lit_src;         // raw literals in the input (null: in the output tail or RLE)
   u8 lit_rle;
@@ -461,6 +483,13 @@ struct ZstdPage {
   ZstdBits bits;
   u32 ll_state, of_state, ml_state;
 };
+
+// A new frame starts without tables to repeat.
+GPQ_DEVICE void zstd_forget_tables(ZstdPage& p) {
+  p.ll_desc.mode = p.of_desc.mode = p.ml_desc.mode = ZSTD_NO_TABLE;
+  p.huf_avail = 0;
+  p.huf_valid = p.lengths_valid = false;
+}
 
 // Parses a frame header at p.ip (or skips a skippable frame).
 GPQ_DEVICE u32 zstd_frame_header(ZstdPage& p) {
@@ -515,7 +544,7 @@ GPQ_DEVICE u32 zstd_frame_header(ZstdPage& p) {
     p.frame_start = p.op;
     p.in_frame = true;
     p.last_block = false;
-    p.lit_table = p.seq_tables = false;
+    zstd_forget_tables(p);
     p.rep0 = 1;
     p.rep1 = 4;
     p.rep2 = 8;
@@ -531,10 +560,12 @@ GPQ_DEVICE void zstd_plan_window(ZstdWarp& z, ZstdPage& p) {
   z.seq_src = p.bits.p;
   z.seq_lo = lo;
   z.seq_hi = hi;
-  p.bits.staged = hi > lo ? z.seq_window : nullptr;
+  p.bits.staged = hi > lo ? z.staged.seq : nullptr;
   p.bits.staged_lo = lo;
   p.bits.staged_hi = hi;
 }
+
+GPQ_DEVICE u32 zstd_plan_sequences(ZstdWarp& z, ZstdPage& p);
 
 // Lane 0: parses the next block (or frame) and plans the warp's next action.
 GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
@@ -596,7 +627,7 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
     p.lit_rle = ltype == 1 ? b[at] : 0;
     at += stored;
   } else {
-    if (ltype == 3 && !p.lit_table) return CHECK_BAD_HEADER;
+    if (ltype == 3 && p.huf_avail == 0) return CHECK_BAD_HEADER;
     if (size < 5) return CHECK_TRUNCATED;
     u32 hlen = fmt <= 1 ? 3 : fmt == 2 ? 4 : 5;
     u64 h = 0;
@@ -609,10 +640,17 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
     if (streams == 4 && lit_size < 6) return CHECK_BAD_HEADER;
     if (hlen + csize > size) return CHECK_TRUNCATED;
     u32 tree = 0;
-    if (ltype == 2) {
-      u32 r = zstd_huffman_table(z, b + hlen, csize, p.huf_log, tree);
+    if (ltype == 2 || !p.huf_valid) {   // a new table, or the one in use after the length tables overwrote it
+      if (ltype == 2) {
+        p.huf_at = p.ip + hlen;
+        p.huf_avail = csize;
+      }
+      u32 used = 0;
+      u32 r = zstd_huffman_table(z, in + p.huf_at, p.huf_avail, p.huf_log, used);
       if (r) return r;
-      p.lit_table = true;
+      if (ltype == 2) tree = used;
+      p.huf_valid = true;
+      p.lengths_valid = false;
     }
     u32 s0 = hlen + tree, rest = csize - tree;   // the streams
     p.lit_kind = 2;
@@ -649,50 +687,92 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
   p.lit_used = 0;
   p.matched = 0;
   if (p.lit_kind != 2) p.lit_at = 0;
-  // Sequences section header.
-  if (at >= size) return CHECK_TRUNCATED;
-  u32 nseq = b[at++];
-  if (nseq >= 128) {
-    if (nseq == 255) {
-      if (at + 2 > size) return CHECK_TRUNCATED;
-      nseq = (b[at] | (b[at + 1] << 8)) + 0x7F00;
-      at += 2;
-    } else {
-      if (at >= size) return CHECK_TRUNCATED;
-      nseq = ((nseq - 128) << 8) + b[at++];
-    }
-  }
-  p.seq_left = nseq;
-  if (nseq > 0) {
-    if (at >= size) return CHECK_TRUNCATED;
-    u32 modes = b[at++];
-    if (modes & 3) return CHECK_BAD_HEADER;
-    u32 used = 0, r;
-    bool have_ll = p.seq_tables, have_of = p.seq_tables, have_ml = p.seq_tables;
-    r = zstd_seq_table(z, z.ll_table, ZSTD_FSE_LL, modes >> 6, ZSTD_LL_DEFAULT, 36, 6, 35, 9, have_ll, p.ll_log, b + at, size - at, used);
-    if (r) return r;
-    at += used;
-    r = zstd_seq_table(z, z.of_table, ZSTD_FSE_OF, (modes >> 4) & 3, ZSTD_OF_DEFAULT, 29, 5, 31, 8, have_of, p.of_log, b + at, size - at, used);
-    if (r) return r;
-    at += used;
-    r = zstd_seq_table(z, z.ml_table, ZSTD_FSE_ML, (modes >> 2) & 3, ZSTD_ML_DEFAULT, 53, 6, 52, 9, have_ml, p.ml_log, b + at, size - at, used);
-    if (r) return r;
-    at += used;
-    p.seq_tables = true;
-    if (at > size || !p.bits.init(b + at, size - at)) return CHECK_BAD_HEADER;
-    p.ll_state = p.bits.read(p.ll_log);
-    p.of_state = p.bits.read(p.of_log);
-    p.ml_state = p.bits.read(p.ml_log);
-  } else {
-    if (at != size) return CHECK_BAD_HEADER;
-    p.bits.len = 0;
-    p.bits.pos = 0;
-  }
+  p.seq_at = p.ip + at;
   z.lit_kind = p.lit_kind;
   z.lits = p.lit_kind == 0 ? p.lit_src : nullptr;
   z.rle = p.lit_rle;
   z.lit_at = p.lit_at;
-  z.action = z.streams ? ZSTD_LITERALS : ZSTD_SEQUENCES;
+  if (z.streams) {   // the sequences section once the literals are decoded (zstd_plan_sequences)
+    z.action = ZSTD_LITERALS;
+    return CHECK_OK;
+  }
+  return zstd_plan_sequences(z, p);
+}
+
+// Lane 0: the sequence table of one kind for `mode`, described at input
+// offset `at` (3: the previous block's table, rebuilt from its description
+// if the Huffman table has overwritten it since).
+GPQ_DEVICE u32 zstd_sequence_table(ZstdWarp& z, ZstdPage& p, u32 kind, u32 mode, u32 at, u32 avail, u32& used) {
+  used = 0;
+  bool length = kind != ZSTD_FSE_OF;
+  ZstdTableDesc& d = kind == ZSTD_FSE_LL ? p.ll_desc : kind == ZSTD_FSE_ML ? p.ml_desc : p.of_desc;
+  u32* table = kind == ZSTD_FSE_LL ? z.lengths.ll : kind == ZSTD_FSE_ML ? z.lengths.ml : z.of_table;
+  u32& log = kind == ZSTD_FSE_LL ? p.ll_log : kind == ZSTD_FSE_ML ? p.ml_log : p.of_log;
+  if (mode == 3) {
+    if (d.mode == ZSTD_NO_TABLE) return CHECK_BAD_HEADER;
+    if (!length || p.lengths_valid) return CHECK_OK;
+  } else {
+    d.mode = mode;
+    d.at = at;
+    d.avail = avail;
+  }
+  if (length) p.huf_valid = false;
+  u32 taken = 0;
+  u32 r = zstd_seq_table(z, table, kind, d.mode, p.in + d.at, d.avail, log, taken);
+  if (mode != 3) used = taken;
+  return r;
+}
+
+// Lane 0: parses the block's sequences section, once its literals are
+// decoded (the length tables share memory with the Huffman table), and
+// plans an empty first batch, so that the warp stages the bitstream's
+// first window before lane 0 decodes from it.
+GPQ_DEVICE u32 zstd_plan_sequences(ZstdWarp& z, ZstdPage& p) {
+  const u8* in = p.in;
+  u32 at = p.seq_at, end = p.block_end;
+  if (at >= end) return CHECK_TRUNCATED;
+  u32 nseq = in[at++];
+  if (nseq >= 128) {
+    if (nseq == 255) {
+      if (end - at < 2) return CHECK_TRUNCATED;
+      nseq = (in[at] | (in[at + 1] << 8)) + 0x7F00;
+      at += 2;
+    } else {
+      if (at >= end) return CHECK_TRUNCATED;
+      nseq = ((nseq - 128) << 8) + in[at++];
+    }
+  }
+  p.seq_left = nseq;
+  if (nseq > 0) {
+    if (at >= end) return CHECK_TRUNCATED;
+    u32 modes = in[at++];
+    if (modes & 3) return CHECK_BAD_HEADER;
+    u32 used = 0, r;
+    r = zstd_sequence_table(z, p, ZSTD_FSE_LL, modes >> 6, at, end - at, used);
+    if (r) return r;
+    at += used;
+    r = zstd_sequence_table(z, p, ZSTD_FSE_OF, (modes >> 4) & 3, at, end - at, used);
+    if (r) return r;
+    at += used;
+    r = zstd_sequence_table(z, p, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
+    if (r) return r;
+    at += used;
+    p.lengths_valid = true;
+    if (at > end || !p.bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
+    p.ll_state = p.bits.read(p.ll_log);
+    p.of_state = p.bits.read(p.of_log);
+    p.ml_state = p.bits.read(p.ml_log);
+  } else {
+    if (at != end) return CHECK_BAD_HEADER;
+    p.bits.len = 0;
+    p.bits.pos = 0;
+  }
+  // What the warp's checks of every batch of the block compare with.
+  z.lit_size = p.lit_size;
+  z.room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
+  z.frame_start = p.frame_start;
+  z.window = p.window;
+  z.action = ZSTD_SEQUENCES;
   z.nseq = 0;
   z.seq_reason = CHECK_OK;
   z.serial = 0;
@@ -707,19 +787,16 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
 // are the warp's, a sequence per lane (zstd_execute).
 GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
   u32 n = 0;
-  // The hot state in registers for the batch (ZstdPage lives in local memory).
+  // The hot state in registers for the batch (ZstdPage lives in shared memory).
   ZstdBits bits = p.bits;
   u32 ll_state = p.ll_state, of_state = p.of_state, ml_state = p.ml_state;
   u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2;
   u32 seq_left = p.seq_left, lit_used = p.lit_used, matched = p.matched;
   u32 reason = CHECK_OK;
   while (n < ZSTD_SEQ_BATCH && seq_left > 0) {
-    u32 lle = z.ll_table[ll_state], ofe = z.of_table[of_state], mle = z.ml_table[ml_state];
+    u32 lle = z.lengths.ll[ll_state], ofe = z.of_table[of_state], mle = z.lengths.ml[ml_state];
+    // No symbol past its kind's codes is in a table (zstd_seq_table).
     u32 llc = zstd_fse_symbol(lle), ofc = zstd_fse_symbol(ofe), mlc = zstd_fse_symbol(mle);
-    if (llc > 35 || mlc > 52 || ofc > 31) {
-      reason = CHECK_BAD_HEADER;
-      break;
-    }
     // The three fields (offset bits first, then match and literal length:
     // at most 31 + 16 + 16 bits) from the word at once, after at most one
     // refill; bit by bit only near the stream's start. One refill usually
@@ -804,10 +881,6 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
     z.seq_lit0 = lit0;
     z.seq_matched0 = matched0;
     z.seq_at0 = p.block_start_op + lit0 + matched0;
-    z.lit_size = p.lit_size;
-    z.room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
-    z.frame_start = p.frame_start;
-    z.window = p.window;
     // Literals in the output tail that a later sequence of the batch could
     // overwrite before an earlier one reads them (near a page's end): one
     // sequence at a time, in order.
@@ -915,10 +988,10 @@ GPQ_DEVICE void zstd_literals(ZstdWarp& z, const u8* in, u8* out, u32 lane) {
       z.huf_hi[lane] = hi;
     }
     __syncwarp();
-    for (u32 t = 0; t < streams; t++) zstd_stage((u8*)z.huf_window[t], z.huf_src[t], z.huf_lo[t], z.huf_hi[t], lane);
+    for (u32 t = 0; t < streams; t++) zstd_copy_down((u8*)z.staged.huf[t], z.huf_src[t] + z.huf_lo[t], (u32)(z.huf_hi[t] - z.huf_lo[t]), lane);
     __syncwarp();
     if (active) {
-      b.staged = z.huf_window[lane];
+      b.staged = z.staged.huf[lane];
       b.staged_lo = z.huf_lo[lane];
       b.staged_hi = z.huf_hi[lane];
       u32 mask = (1u << log) - 1;
@@ -1045,10 +1118,19 @@ GPQ_DEVICE u32 zstd_execute(ZstdWarp& z, u8* out, u32 lane, u32& rounds) {
   } else {
     u32 src = at + ll - off, src_end = src + (ml < off ? ml : off);
     u32 from = src > z.seq_at0 ? src : z.seq_at0, to = src_end < at ? src_end : at;
-    for (u32 j = 0; j < n; j++) {
-      u32 at_j = __shfl_sync(FULL, at, j), end_j = __shfl_sync(FULL, end, j);
-      if (j < lane && from < to && at_j < to && end_j > from) dep |= 1u << j;
+    // `at` and `end` grow with the lane (every match is 3 bytes or more;
+    // lanes past n sit at the batch's end), so the sequences that [from, to)
+    // overlaps are a run of lanes before this one: from the first whose end
+    // is past `from` up to the last that starts before `to`. Two searches by
+    // halving, five shuffles each, find the run.
+    u32 first = 0, stop = 0;   // lanes with end <= from; lanes with at < to
+#pragma unroll
+    for (u32 step = 16; step; step >>= 1) {
+      u32 end_j = __shfl_sync(FULL, end, first + step - 1), at_j = __shfl_sync(FULL, at, stop + step - 1);
+      if (end_j <= from) first += step;
+      if (at_j < to) stop += step;
     }
+    if (from < to && first < stop) dep = ((1u << stop) - 1) & ~((1u << first) - 1);
   }
   u32 all = n >= 32 ? FULL : (1u << n) - 1, done = 0;
   u32 longs = __ballot_sync(FULL, mine && ll + ml > ZSTD_LANE_COPY);
@@ -1091,33 +1173,30 @@ enum ZstdPhase : u32 {
   ZSTD_T_BATCHES = 9,     // batches (a count)
   ZSTD_T_WAVES = 10,      // rounds of the batches (a count; "waves" in the log)
   ZSTD_T_SERIAL = 11,     // batches executed one sequence a round for their literals' sake (a count)
-  ZSTD_T_COUNT = 12,
+  ZSTD_T_COUNT = 12,      // (what the host reads; the two below are lane 0's clock marks)
+  ZSTD_T_START = 12,
+  ZSTD_T_MARK = 13,
 };
 
 // The whole warp decodes one page; returns its CheckReason. With `profile`
 // (null in normal use), lane 0 adds its clock per phase to `t`.
-GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out_len, u32 lane, u64* t) {
-  ZstdPage p;   // meaningful in lane 0 only
-  long long clock0 = t ? clock64() : 0, mark = clock0;
+GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8* out, u32 out_len, u32 lane, u64* t) {
+  // The clocks live in `t` (shared), not in registers the whole page long.
+  if (t && lane == 0) t[ZSTD_T_START] = t[ZSTD_T_MARK] = (u64)clock64();
   auto lap = [&](u32 phase) {
     if (t && lane == 0) {
-      long long now = clock64();
-      t[phase] += (u64)(now - mark);
-      mark = now;
+      u64 now = (u64)clock64();
+      t[phase] += now - t[ZSTD_T_MARK];
+      t[ZSTD_T_MARK] = now;
     }
   };
-  // Refills may read the staged windows' last words past the staged bytes:
-  // zeros there, not whatever an earlier page left.
-  for (u32 j = lane; j < ZSTD_SEQ_WINDOW / 8 + 1; j += 32) z.seq_window[j] = 0;
-  for (u32 j = lane; j < 4 * (ZSTD_HUF_WINDOW / 8 + 1); j += 32) z.huf_window[j / (ZSTD_HUF_WINDOW / 8 + 1)][j % (ZSTD_HUF_WINDOW / 8 + 1)] = 0;
-  __syncwarp();
   if (lane == 0) {
     p.in = in;
     p.in_len = in_len;
     p.out_len = out_len;
     p.ip = p.op = 0;
     p.in_frame = p.last_block = false;
-    p.lit_table = p.seq_tables = false;
+    zstd_forget_tables(p);
     p.huf_log = p.ll_log = p.of_log = p.ml_log = 0;
     p.lit_kind = 0;
     p.bits.len = 0;
@@ -1138,7 +1217,7 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
     if (reason != CHECK_OK || action == ZSTD_DONE) {
       __syncwarp();
       if (t && lane == 0) {
-        t[ZSTD_T_PAGE] += (u64)(clock64() - clock0);
+        t[ZSTD_T_PAGE] += (u64)clock64() - t[ZSTD_T_START];
         t[ZSTD_T_PAGES] += 1;
       }
       return reason;
@@ -1171,9 +1250,8 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
     }
     __syncwarp();
     lap(action == ZSTD_LITERALS ? ZSTD_T_LITERALS : action == ZSTD_SEQUENCES ? ZSTD_T_EXECUTE : ZSTD_T_COPY);
-    if (action == ZSTD_LITERALS || action == ZSTD_SEQUENCES) {
-      // The sequence bitstream's next window, for lane 0's next batch.
-      zstd_stage((u8*)z.seq_window, z.seq_src, z.seq_lo, z.seq_hi, lane);
+    if (action == ZSTD_SEQUENCES) {   // the sequence bitstream's next window, for lane 0's next batch
+      zstd_copy_down((u8*)z.staged.seq, z.seq_src + z.seq_lo, (u32)(z.seq_hi - z.seq_lo), lane);
     }
     __syncwarp();
     lap(ZSTD_T_STAGE);
@@ -1181,8 +1259,7 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
       u32 r = CHECK_OK;
       if (action == ZSTD_LITERALS) {
         for (u32 k = 0; k < z.streams && r == CHECK_OK; k++) r = z.stream_reason[k];
-        z.rle = p.lit_rle;
-        if (r == CHECK_OK) r = zstd_decode_sequences(z, p);
+        if (r == CHECK_OK) r = zstd_plan_sequences(z, p);
       } else if (action == ZSTD_SEQUENCES) {
         r = zstd_decode_sequences(z, p);
       } else {
@@ -1191,7 +1268,7 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
       z.reason = r;
     }
     __syncwarp();
-    lap(action == ZSTD_LITERALS || action == ZSTD_SEQUENCES ? ZSTD_T_DECODE : ZSTD_T_PLAN);
+    lap(action == ZSTD_SEQUENCES ? ZSTD_T_DECODE : ZSTD_T_PLAN);
   }
 }
 
@@ -1201,10 +1278,11 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, const u8* in, u32 in_len, u8* out, u32 out
 // `reasons[i]` gets page i's CheckReason: 0 when its output is complete.
 // `profile` is null, or ZSTD_T_COUNT u64s that get each phase's clock
 // cycles summed over the pages (a measuring aid: GPQ_UNZSTD_PROFILE=1).
-extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS)
+extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS, UNZSTD_MIN_BLOCKS)
     gpq_unzstd(const u64* args, u32 num_pages, u32* reasons, u64* profile) {
   __shared__ ZstdWarp warps[UNZSTD_WARPS];
-  __shared__ u64 times[UNZSTD_WARPS][ZSTD_T_COUNT];
+  __shared__ ZstdPage pages[UNZSTD_WARPS];   // lane 0's
+  __shared__ u64 times[UNZSTD_WARPS][ZSTD_T_COUNT + 2];
   u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   u32 i = blockIdx.x * UNZSTD_WARPS + warp;
   if (warp >= UNZSTD_WARPS || i >= num_pages) return;   // whole warps leave together
@@ -1218,7 +1296,7 @@ extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS)
   u64 in_len = args[num_pages + i], out_len = args[2 * (u64)num_pages + i];
   u8* out = (u8*)args[3 * (u64)num_pages + i];
   u32 r = in_len >= (1ull << 31) || out_len >= (1ull << 31) ? (u32)CHECK_UNSUPPORTED
-                                                            : zstd_page(warps[warp], in, (u32)in_len, out, (u32)out_len, lane, t);
+                                                            : zstd_page(warps[warp], pages[warp], in, (u32)in_len, out, (u32)out_len, lane, t);
   if (lane == 0) reasons[i] = r;
   if (profile) {
     __syncwarp();
