@@ -239,8 +239,9 @@ stage_page_checks() {
   # state; PAGE_CHECK_ROUNDS rounds (3), and the group counts of
   # PAGE_CHECK_GROUPS beside the default grouping; each setting of
   # PAGE_CHECK_ENVS (e.g. "GPQ_ZSTD_DECODER=nvcomp,GPQ_SKIP_PAGE_CHECKS=1",
-  # variables joined by commas) adds a read of the default grouping with
-  # those variables set; PAGE_CHECK_DATA: the
+  # variables joined by commas; or GPQ_KERNELS=file:PATH, another version of
+  # the kernels: DEVICE_KERNELS_FROM in scripts/device-test.sh) adds reads of
+  # the same groupings with those variables set; PAGE_CHECK_DATA: the
   # data sets (sf10 sf10-zstd).
   sf10_lineitem zstd
   for d in ${PAGE_CHECK_DATA:-sf10 sf10-zstd}; do
@@ -257,9 +258,12 @@ stage_page_checks() {
         done
       done
       for setting in ${PAGE_CHECK_ENVS:-}; do
-        # shellcheck disable=SC2046  # one setting may be several VAR=value joined by commas
-        line=$(env $(echo "$setting" | tr ',' ' ') timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')
-        note "page-checks $(basename "$(dirname "$f")") round $round groups=default $setting: $line"
+        for g in default ${PAGE_CHECK_GROUPS:-}; do
+          groups=(); [ "$g" = default ] || groups=(--groups "$g")
+          # shellcheck disable=SC2046  # one setting may be several VAR=value joined by commas
+          line=$(env $(echo "$setting" | tr ',' ' ') timeout 60 gpq read "$f" --repeat 5 "${groups[@]}" 2>&1 | grep -E 'stages \(ms\)')
+          note "page-checks $(basename "$(dirname "$f")") round $round groups=$g $setting: $line"
+        done
       done
     done
   done

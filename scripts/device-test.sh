@@ -132,6 +132,12 @@ bundle() { # bundle NAME FILE... : .device/NAME/{run.sh,payload.tar.xz}
   local name=$1; shift
   mkdir -p "$stage/$name"
   cp scripts/device-run.sh "$stage/$name/run.sh"
+  # DEVICE_KERNELS_FROM="COMMIT...": the sm_90 kernels of those commits beside
+  # run.sh, for GPQ_KERNELS=file:$PWD/.device/NAME/kernels-COMMIT-sm_90.cubin.zst
+  # (two versions of a kernel compared in one call: PAGE_CHECK_ENVS).
+  for c in ${DEVICE_KERNELS_FROM:-}; do
+    git show "$c:src/gpu/prebuilt/sm_90.cubin.zst" > "$stage/$name/kernels-$c-sm_90.cubin.zst"
+  done
   ( cd "$stage" && tar -cf - "$@" | xz -9e -T0 > "$name/payload.tar.xz" )
   du -sh "$stage/$name/payload.tar.xz"
   # A device call carries at most 64 MiB: this bundle and the working tree (tracked and untracked files).

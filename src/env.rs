@@ -11,7 +11,7 @@
 //! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
 //! | `GPQ_VERIFY_PAGE_CHECKSUMS=1` | [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums) | off |
 //! | `GPQ_ZSTD_DECODER` (`gpq`, `nvcomp`) | [`ReadOptions::zstd_decoder`](crate::ReadOptions::zstd_decoder) | `gpq` |
-//! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX), `jit` (always NVRTC, for kernel development) or `ptx` (always the prebuilt PTX, for testing that path) | `auto` |
+//! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX), `jit` (always NVRTC, for kernel development), `ptx` (always the prebuilt PTX, for testing that path) or `file:PATH` (the cubin or PTX in that file, `.zst`-compressed or not: another version of the kernels, for comparing two in one run) | `auto` |
 //! | `GPQ_KERNEL_CACHE` | directory of kernels compiled by NVRTC | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
 //! | `GPQ_CUFILE_LIB` | absolute path of `libcufile.so.0` | the loader path, then `/usr/local/cuda/lib64` |
@@ -114,7 +114,7 @@ pub(crate) fn nvcomp_deadline_base() -> std::time::Duration {
 }
 
 /// Where the kernels come from (`GPQ_KERNELS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum KernelSource {
     /// `auto` (the default): the prebuilt cubin, else NVRTC, else the prebuilt PTX.
     Auto,
@@ -123,19 +123,26 @@ pub(crate) enum KernelSource {
     /// `ptx`: the prebuilt PTX only, compiled by the driver (to test that path
     /// on a device gpq ships a cubin for).
     Ptx,
+    /// `file:PATH`: the image in that file only (a cubin or PTX, zstd-compressed
+    /// where the name ends in `.zst`, as under `src/gpu/prebuilt/`): for
+    /// comparing two versions of the kernels in one run on a device.
+    File(PathBuf),
 }
 
-/// `GPQ_KERNELS`: `auto`, `jit` or `ptx`; anything else is an error.
+/// `GPQ_KERNELS`: `auto`, `jit`, `ptx` or `file:PATH`; anything else is an error.
 pub(crate) fn kernel_source() -> Result<KernelSource> {
     parse_kernel_source(var("GPQ_KERNELS").as_deref())
 }
 
 fn parse_kernel_source(value: Option<&str>) -> Result<KernelSource> {
+    if let Some(path) = value.and_then(|v| v.trim().strip_prefix("file:")).filter(|p| !p.is_empty()) {
+        return Ok(KernelSource::File(PathBuf::from(path)));
+    }
     match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None | Some("auto") => Ok(KernelSource::Auto),
         Some("jit") => Ok(KernelSource::Jit),
         Some("ptx") => Ok(KernelSource::Ptx),
-        Some(v) => Err(invalid("GPQ_KERNELS", v, "auto, jit or ptx")),
+        Some(v) => Err(invalid("GPQ_KERNELS", v, "auto, jit, ptx or file:PATH")),
     }
 }
 
@@ -270,6 +277,8 @@ mod tests {
         assert_eq!(parse_kernel_source(Some("auto")).unwrap(), KernelSource::Auto);
         assert_eq!(parse_kernel_source(Some(" JIT ")).unwrap(), KernelSource::Jit);
         assert_eq!(parse_kernel_source(Some("ptx")).unwrap(), KernelSource::Ptx);
+        assert_eq!(parse_kernel_source(Some("file:/k/sm_90.cubin.zst")).unwrap(), KernelSource::File("/k/sm_90.cubin.zst".into()));
+        assert!(parse_kernel_source(Some("file:")).is_err());
         let e = parse_kernel_source(Some("cubin")).unwrap_err();
         assert!(matches!(e, Error::InvalidOptions(_)) && e.to_string().contains("GPQ_KERNELS"), "{e}");
     }

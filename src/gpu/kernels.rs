@@ -5,7 +5,8 @@
 //! architecture, cached on disk (keyed by source hash, architecture, NVRTC
 //! version and options) so the next process starts fast; without NVRTC, the
 //! prebuilt PTX compiled by the driver. `GPQ_KERNELS=jit` always compiles
-//! with NVRTC, `GPQ_KERNELS=ptx` always takes the PTX (see [`crate::env`],
+//! with NVRTC, `GPQ_KERNELS=ptx` always takes the PTX, `GPQ_KERNELS=file:PATH`
+//! loads another image (to compare two versions of a kernel; see [`crate::env`],
 //! which also chooses NVRTC's cache directory; a cache that cannot be
 //! written is skipped).
 
@@ -394,6 +395,12 @@ impl Kernels {
         use crate::env::KernelSource;
         let arch = format!("sm_{}{}", cc.0, cc.1);
         let wanted = crate::env::kernel_source()?;
+        if let KernelSource::File(path) = &wanted {
+            let image = Self::image_file(path)?;
+            let module = Self::load_image(&image)?;
+            warn!(path = %path.display(), "kernels from GPQ_KERNELS=file: (not the ones built with this gpq)");
+            return Ok(Self::loaded(module, format!("file {}", path.display())));
+        }
         let mut tried: Vec<String> = Vec::new();
         if wanted == KernelSource::Auto {
             match super::prebuilt::cubin_for(cc) {
@@ -447,6 +454,22 @@ impl Kernels {
                 None
             }
         }
+    }
+
+    /// The image in `path` (`GPQ_KERNELS=file:`), decompressed where its
+    /// name ends in `.zst`; PTX gets the NUL the driver needs.
+    fn image_file(path: &std::path::Path) -> Result<Vec<u8>> {
+        let failed = |e: &dyn std::fmt::Display| Error::Kernel { stage: "load", log: format!("GPQ_KERNELS=file:{}: {e}", path.display()) };
+        let bytes = std::fs::read(path).map_err(|e| failed(&e))?;
+        let mut image = if path.extension().is_some_and(|x| x == "zst") {
+            zstd::bulk::decompress(&bytes, 64 << 20).map_err(|e| failed(&e))?
+        } else {
+            bytes
+        };
+        if !image.starts_with(b"\x7fELF") && image.last() != Some(&0) {
+            image.push(0);
+        }
+        Ok(image)
     }
 
     fn loaded(module: sys::CUmodule, source: String) -> Kernels {
