@@ -32,8 +32,17 @@
 // blocks an SM as that shared memory allows on an H100 (UNZSTD_MIN_BLOCKS).
 
 #define UNZSTD_WARPS 2                 // warps (pages) a block: decompress.rs launches 64 threads a block
+// Blocks an SM, as many as the SM's shared memory holds at 16,416 bytes a
+// block (with the 1 KB reserved a block): the register cap this implies is
+// worth it only where the blocks fit.
 #ifndef UNZSTD_MIN_BLOCKS
-#define UNZSTD_MIN_BLOCKS 14           // blocks an SM: 233,472 bytes of shared memory / 16,416 a block (with the 1 KB reserved)
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000)
+#define UNZSTD_MIN_BLOCKS 14           // 228 KB an SM (H100, H200, B200)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 800
+#define UNZSTD_MIN_BLOCKS 10           // 164 KB (A100)
+#else
+#define UNZSTD_MIN_BLOCKS 6            // 100 KB (sm_86, sm_89, sm_120)
+#endif
 #endif
 #define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
 #define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
@@ -1234,7 +1243,7 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8*
       u32 r = zstd_execute(z, out, lane, rounds);
       if (t && lane == 0) {
         t[ZSTD_T_SEQUENCES] += z.nseq;
-        t[ZSTD_T_BATCHES] += 1;
+        t[ZSTD_T_BATCHES] += z.nseq > 0;   // (not the empty batch that starts a block's sequences)
         t[ZSTD_T_WAVES] += rounds;
         t[ZSTD_T_SERIAL] += z.serial;
       }
