@@ -478,7 +478,7 @@ struct ZstdPage {
   u32 huf_at, huf_avail;     // the Huffman tree description in use (huf_avail 0: none yet)
   bool huf_valid, lengths_valid;
   u32 ll_log, of_log, ml_log, huf_log;
-  u32 rep0, rep1, rep2;      // repeat offsets (scalars: an indexed array would live in local memory)
+  u32 rep0, rep1, rep2;      // repeat offsets (scalars: lane 0 keeps them in registers for a batch)
   // The block being decoded.
   u32 block_end, block_start_op;
   u32 seq_at;                // input offset of the block's sequences section
