@@ -462,7 +462,7 @@ impl Kernels {
         let failed = |e: &dyn std::fmt::Display| Error::Kernel { stage: "load", log: format!("GPQ_KERNELS=file:{}: {e}", path.display()) };
         let bytes = std::fs::read(path).map_err(|e| failed(&e))?;
         let mut image = if path.extension().is_some_and(|x| x == "zst") {
-            zstd::bulk::decompress(&bytes, 64 << 20).map_err(|e| failed(&e))?
+            super::prebuilt::decompress_image(&bytes).map_err(|e| failed(&e))?
         } else {
             bytes
         };

@@ -57,10 +57,16 @@ pub const IMAGES: [Image; 5] = [
 /// What the images were built from (`prebuilt/manifest.txt`).
 pub const MANIFEST: &str = include_str!("prebuilt/manifest.txt");
 
+/// Decompresses a zstd-compressed kernel image (at most 64 MiB), as stored
+/// under `src/gpu/prebuilt/` (or given with `GPQ_KERNELS=file:`).
+pub(crate) fn decompress_image(compressed: &[u8]) -> std::io::Result<Vec<u8>> {
+    zstd::bulk::decompress(compressed, 64 << 20)
+}
+
 impl Image {
     /// The image's bytes (a cubin, or NUL-terminated PTX text), decompressed.
     pub fn bytes(&self) -> Result<Vec<u8>> {
-        zstd::bulk::decompress(self.compressed, 64 << 20)
+        decompress_image(self.compressed)
             .map_err(|e| Error::Kernel { stage: "load", log: format!("prebuilt {} image: {e}", self.arch) })
     }
 
