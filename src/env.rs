@@ -21,7 +21,7 @@
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_UNZSTD_PROFILE=1` | gpq's ZSTD decoder sums its warps' clock cycles per phase and logs them at `info` (a measuring aid) | off |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
-//! | `GPQ_EMU_ORDER` (`forward`, `reverse`) | the order the CPU emulator runs a block's threads in between barriers (read by the emulator itself, `src/gpu/emu/emu.cpp`) | alternating: index order in one block, reverse in the next, so a kernel that depends on an order CUDA does not promise fails a test |
+//! | `GPQ_EMU_ORDER` (`forward`, `reverse`, `alternating`; another value is reported on stderr) | the order the CPU emulator runs a block's threads in between barriers (read by the emulator itself, `src/gpu/emu/emu.cpp`) | alternating: index order in one block, reverse in the next, so a kernel that depends on an order CUDA does not promise fails a test |
 //! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in the contexts gpq uses: `auto` (the driver's heuristic: spin while the process has fewer contexts than cores), `spin`, `yield` or `blocking` (sleep until the driver wakes them); set on the device's primary context whenever gpq takes it, also where another library made it first | unset: the primary context's flags are left as they are (the driver's `auto` unless the application chose) |
 //! | `GPQ_FOOTER_CACHE=0` | decode every file's footer on every read, instead of keeping decoded footers for the next read of a file whose footer bytes are unchanged (see [`crate::clear_footer_cache`]) | on |
 //!

@@ -213,10 +213,17 @@ static bool run_block(Block* b) {
   // reverse order in the next: CUDA promises no order, and a kernel whose
   // result depends on it (a missing barrier or dependency) then gives a
   // different result in one of the two. GPQ_EMU_ORDER=forward or reverse
-  // keeps one order for every block.
+  // keeps one order for every block; any other value is reported once and
+  // alternates, so a typo cannot pass for the order it meant.
   static const int order = [] {
     const char* v = getenv("GPQ_EMU_ORDER");
-    return !v ? 0 : std::string(v) == "forward" ? 1 : std::string(v) == "reverse" ? 2 : 0;
+    if (!v || !*v) return 0;
+    std::string s(v);
+    if (s == "forward") return 1;
+    if (s == "reverse") return 2;
+    if (s != "alternating")
+      fprintf(stderr, "gpq emulator: GPQ_EMU_ORDER=%s is not forward, reverse or alternating; alternating\n", v);
+    return 0;
   }();
   static thread_local unsigned long long blocks_run = 0;
   bool reverse = order == 2 || (order == 0 && (blocks_run++ & 1));
