@@ -153,6 +153,7 @@ class Result:
     detail: str = ""
     unhealthy: bool = False
     step: str = ""
+    gpq_said: str = ""  # gpq's outcome, sent before arrow-rs reads the file
     san_mem: int = 0
     san_api: int = 0
     san_first: str = ""
@@ -367,11 +368,15 @@ class Pool:
             if line == "":
                 r.outcome = "arrow-hang" if r.step == "arrow" else "hang"
                 r.detail = f"no END within {self.timeout:.0f} s (step {r.step or 'before BEGIN'})"
+                if r.gpq_said:
+                    r.detail += f"; gpq: {r.gpq_said}"
                 return r, False
             if line is None:
                 rc = reader.finish()
                 r.outcome = "arrow-crash" if r.step == "arrow" else "crash"
                 r.detail = f"{describe_exit(rc)} (step {r.step or 'before BEGIN'})"
+                if r.gpq_said:
+                    r.detail += f"; gpq: {r.gpq_said}"
                 return r, False
             if line.startswith("========="):
                 if begun and SAN_ERROR.match(line):
@@ -383,6 +388,12 @@ class Pool:
                 continue
             if line == f"BEGIN {path}":
                 begun = True
+            elif line.startswith("STEP gpq-done "):
+                millis, _, said = line[len("STEP gpq-done "):].partition(" ")
+                r.millis = int(millis) if millis.isdigit() else -1
+                r.gpq_said = said
+                if said.startswith("error kind="):
+                    r.kind = said[len("error kind="):].split(" ", 1)[0]
             elif line.startswith("STEP "):
                 r.step = line[5:]
             elif line.startswith(f"END {path} "):

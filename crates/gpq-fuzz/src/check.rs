@@ -153,6 +153,13 @@ pub fn check_file(path: &Path, compare_with_arrow: bool, mut step: impl FnMut(&s
             Err(e) => checked(Outcome::GpqError, Some(e.kind()), e.to_string()),
         };
     }
+    // What gpq said goes out before arrow-rs starts, so that a file on which
+    // arrow-rs then hangs or crashes still has gpq's outcome in the report.
+    let gpq_said = match &err {
+        Ok(b) => format!("ok {} rows", b.num_rows()),
+        Err(e) => format!("error kind={} {}", e.kind(), one_line(&e.to_string(), 300)),
+    };
+    step(&format!("gpq-done {millis} {gpq_said}"));
     step("arrow");
     let expected = read_arrow_rs(path);
     match (err, expected) {

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! `read` is one long-lived process for many files: for each path it prints
-//! `BEGIN <path>` (and `STEP gpq`, `STEP arrow`, `STEP health` as it goes),
+//! `BEGIN <path>` (and `STEP gpq`, `STEP gpq-done <millis> <ok N rows | error
+//! kind=<kind> <message>>`, `STEP arrow`, `STEP health` as it goes),
 //! then `END <path> <outcome> <millis> kind=<gpq error kind or -> <detail>`,
 //! flushing after every line so a driver can tell a hang or a crash and which
 //! file caused it. After each file it reads the known-good file `--good` and

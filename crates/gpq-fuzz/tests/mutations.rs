@@ -254,4 +254,11 @@ fn read_subcommand_speaks_the_driver_protocol() {
     assert!(lines[4].contains("kind=") && !lines[4].contains("kind=-"), "{text}");
     assert!(lines[5].starts_with("SUMMARY files=2 equal=1 differs=0 gpq-error=1 "), "{text}");
     assert_eq!(lines.len(), 6, "{text}");
+    // gpq's outcome goes out before arrow-rs reads, for the driver's report of a file arrow-rs hangs on.
+    let said: Vec<(&str, &str)> =
+        text.lines().filter_map(|l| l.strip_prefix("STEP gpq-done ")?.split_once(' ')).collect();
+    assert_eq!(said.len(), 2, "{text}");
+    assert!(said.iter().all(|(ms, _)| ms.parse::<u64>().is_ok()), "{text}");
+    assert!(said[0].1.starts_with("ok "), "{text}");
+    assert!(said[1].1.starts_with("error kind=") && !said[1].1.starts_with("error kind=-"), "{text}");
 }
