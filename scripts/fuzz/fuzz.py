@@ -159,6 +159,13 @@ class Result:
     san_first: str = ""
     confirmed: str = ""
 
+    def stopped(self, outcome: str, why: str) -> None:
+        """A read that ended without END: "hang" or "crash", "arrow-..." in arrow-rs's step."""
+        self.outcome = f"arrow-{outcome}" if self.step == "arrow" else outcome
+        self.detail = f"{why} (step {self.step or 'before BEGIN'})"
+        if self.gpq_said:
+            self.detail += f"; gpq: {self.gpq_said}"
+
     def is_finding(self) -> bool:
         return self.outcome in FAILURES or self.unhealthy or self.san_mem > 0
 
@@ -366,17 +373,11 @@ class Pool:
         while True:
             line = reader.next_line(deadline)
             if line == "":
-                r.outcome = "arrow-hang" if r.step == "arrow" else "hang"
-                r.detail = f"no END within {self.timeout:.0f} s (step {r.step or 'before BEGIN'})"
-                if r.gpq_said:
-                    r.detail += f"; gpq: {r.gpq_said}"
+                r.stopped("hang", f"no END within {self.timeout:.0f} s")
                 return r, False
             if line is None:
                 rc = reader.finish()
-                r.outcome = "arrow-crash" if r.step == "arrow" else "crash"
-                r.detail = f"{describe_exit(rc)} (step {r.step or 'before BEGIN'})"
-                if r.gpq_said:
-                    r.detail += f"; gpq: {r.gpq_said}"
+                r.stopped("crash", describe_exit(rc))
                 return r, False
             if line.startswith("========="):
                 if begun and SAN_ERROR.match(line):
