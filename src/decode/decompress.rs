@@ -16,9 +16,14 @@
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
 //! to the CPU decoder, whose verdict stands. ZSTD pages go to gpq's own
-//! decoder (`gpq_unzstd`), which checks every step as it decodes and hands
+//! decoder (`unzstd.cu`), which checks every step as it decodes and hands
 //! any page it does not accept to the CPU decoder likewise; it needs neither
 //! nvCOMP nor a check in front (`ReadOptions::zstd_decoder` can choose nvCOMP).
+//! It decodes each page's sequences into a list first (a thread a page),
+//! then the pages from their lists (a warp a page); the lists take device
+//! memory in proportion to the sequences (8 bytes each), at most
+//! `GPQ_UNZSTD_LIST_BYTES` at once (a batch whose lists need more goes in
+//! rounds), and less where the read's budget has less room.
 //! GZIP pages cannot be checked completely on the device, so they go to
 //! nvCOMP in a worker process (`isolated`), where a fault or a hang costs
 //! only the worker, or to the CPU where there is none, unless the caller

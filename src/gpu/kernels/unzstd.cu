@@ -771,8 +771,8 @@ GPQ_DEVICE u32 zstd_list_table(ZstdSeqTables& tb, const ZstdPage& p, ZstdTableDe
 // after the first sequence that takes more literals than the block has or
 // more output than `room` (the warp refuses that one, so the reason is
 // never seen); otherwise the stream must be used up exactly.
-GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 room, u32 lit_size, u64* list, u32 limit, u32& count,
-                               u32& matched) {
+GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, ZstdPage& p, u32 at, u32 room, u32 lit_size,
+                               u64* list, u32 limit, u32& count, u32& matched) {
   const u8* in = p.in;
   u32 end = p.block_end, nseq = 0;
   count = matched = 0;
@@ -823,8 +823,8 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 room,
       llx = bits.read(llb);
     }
     u32 ofv = (1u << ofc) + ofx;
-    u32 ml = ZSTD_ML_BASE[mlc] + mlx;
-    u32 ll = ZSTD_LL_BASE[llc] + llx;
+    u32 ml = ml_base[mlc] + mlx;
+    u32 ll = ll_base[llc] + llx;
     u32 off;
     if (ofv > 3) {
       off = ofv - 3;
@@ -883,7 +883,8 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 room,
 
 // The list kernel, one page: its sequence list into list[0, limit); returns
 // the entries written.
-GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u8* in, u32 in_len, u32 out_len, u64* list, u32 limit) {
+GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, const u8* in, u32 in_len, u32 out_len, u64* list,
+                               u32 limit) {
   if (in_len == 0) return 0;
   ZstdPage p;
   zstd_start_page(p, in, in_len, out_len);
@@ -902,7 +903,7 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u8* in, u32 in_len, u32 o
     if (zstd_literals_header(p.in + p.ip, size, room, l) != CHECK_OK) return w;
     if (w >= limit) return w;
     u32 head = w++, count = 0, matched = 0;
-    u32 r = zstd_list_block(tb, p, p.ip + l.section, room, l.size, list + w, limit - w, count, matched);
+    u32 r = zstd_list_block(tb, ll_base, ml_base, p, p.ip + l.section, room, l.size, list + w, limit - w, count, matched);
     w += count;
     list[head] = (u64)count | ((u64)r << 32);
     if (r) return w;
@@ -918,6 +919,15 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u8* in, u32 in_len, u32 o
 extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     gpq_unzstd_sequences(const u64* args, u32 num_pages, u32 first, u32 last, const u64* offsets, u64* list, ZstdSeqTables* tables,
                          u32* written) {
+  // The length codes' baselines, in shared memory: the threads of a warp
+  // look up different codes, which constant memory would serve one
+  // address at a time.
+  __shared__ u32 ll_base[36], ml_base[53];
+  for (u32 k = threadIdx.x; k < 53; k += blockDim.x) {
+    if (k < 36) ll_base[k] = ZSTD_LL_BASE[k];
+    ml_base[k] = ZSTD_ML_BASE[k];
+  }
+  __syncthreads();
   u32 t = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
   ZstdSeqTables& tb = tables[t];
   u64 base = offsets[first];
@@ -927,7 +937,7 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     u32 in_len, out_len;
     u32 limit = (u32)(offsets[i + 1] - offsets[i]);
     u32 w = 0;
-    if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) w = zstd_list_page(tb, in, in_len, out_len, list + (offsets[i] - base), limit);
+    if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) w = zstd_list_page(tb, ll_base, ml_base, in, in_len, out_len, list + (offsets[i] - base), limit);
     written[i] = w;
   }
 }
