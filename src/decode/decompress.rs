@@ -738,8 +738,12 @@ const UNZSTD_PHASES: [&str; 10] = ["plan", "literals", "execute", "copy", "page"
 /// not fit the memory the lists may have (the warp kernel never ran on it).
 const UNZSTD_NOT_RUN: u32 = u32::MAX;
 
-/// Bytes of one list-kernel thread's tables (`ZstdSeqTables` in `unzstd.cu`).
-const ZSTD_SEQ_TABLES_BYTES: u64 = 4 * (512 + 512 + 256) + 2 * 256 + 2 * 256;
+/// Bytes of one sequence-kernel thread's table builder scratch
+/// (`ZSTD_LIST_SCRATCH_BYTES` in `unzstd.cu`).
+const ZSTD_LIST_SCRATCH_BYTES: u64 = 1024;
+
+/// Threads a block of the sequence kernel (`UNZSTD_LIST_THREADS` in `unzstd.cu`).
+const ZSTD_LIST_THREADS: u32 = 9;
 
 /// Logs the decoder's profile: per phase, clock cycles per page (counts as they are).
 fn log_unzstd_profile(d: &DeviceBuffer) -> Result<()> {
@@ -839,9 +843,8 @@ fn run_unzstd(
     let rounds = unzstd_rounds(&offsets, limit);
     let widest = rounds.iter().map(|&(f, l)| l - f).max().unwrap_or(0);
     let sm_blocks = (stream.context().sm_count.max(1) as u32).saturating_mul(crate::env::unzstd_list_blocks());
-    let list_grid = widest.div_ceil(64).min(sm_blocks).max(1);
-    let tables = DeviceBuffer::alloc(stream, ZSTD_SEQ_TABLES_BYTES * 64 * list_grid as u64, "ZSTD sequence tables");
-    let tables = match tables {
+    let list_grid = widest.div_ceil(ZSTD_LIST_THREADS).min(sm_blocks).max(1);
+    let scratch = match DeviceBuffer::alloc(stream, ZSTD_LIST_SCRATCH_BYTES * (ZSTD_LIST_THREADS * list_grid) as u64, "ZSTD table scratch") {
         Ok(t) => t,
         Err(e @ (Error::OverBudget { .. } | Error::OutOfDeviceMemory { .. })) => {
             warn!(error = %e, "no device memory for gpq's ZSTD decoder's tables; its pages go to the CPU");
@@ -851,25 +854,37 @@ fn run_unzstd(
         }
         Err(e) => return Err(e),
     };
-    let d_offsets = upload(stream, as_bytes(&offsets), "ZSTD sequence list offsets", hold)?;
-    let (mut lists_time, mut warp_time) = (Duration::ZERO, Duration::ZERO);
+    // Each round's pages, longest list first (the sequence kernel's order).
+    let mut order: Vec<u32> = (0..count).collect();
     for &(first, last) in &rounds {
+        order[first as usize..last as usize].sort_by_key(|&i| std::cmp::Reverse(sizes[i as usize]));
+    }
+    let d_order = upload(stream, as_bytes(&order), "ZSTD page order", hold)?;
+    let d_offsets = upload(stream, as_bytes(&offsets), "ZSTD sequence list offsets", hold)?;
+    let next_page = DeviceBuffer::alloc(stream, 4 * rounds.len() as u64, "ZSTD page counters")?;
+    next_page.fill(stream, 0)?;
+    let (mut lists_time, mut warp_time) = (Duration::ZERO, Duration::ZERO);
+    for (r, &(first, last)) in rounds.iter().enumerate() {
         let t = Instant::now();
-        let grid = (last - first).div_ceil(64).min(list_grid);
+        let grid = (last - first).div_ceil(ZSTD_LIST_THREADS).min(list_grid);
         let mut a = KernelArgs::new()
             .arg(args.ptr())
             .arg(count)
+            .arg(d_order.ptr())
             .arg(first)
             .arg(last)
             .arg(d_offsets.ptr())
             .arg(list.ptr())
-            .arg(tables.ptr())
-            .arg(counts.ptr());
+            .arg(scratch.ptr())
+            .arg(counts.ptr())
+            .arg(next_page.ptr() + 4 * r as u64);
         // SAFETY: arguments match gpq_unzstd_sequences: pages [first, last)
-        // of `args` (4n u64s), `offsets` n + 1 u64s whose round spans at most
-        // `limit` entries of `list`, `tables` a ZstdSeqTables for each of the
-        // grid's threads (grid <= list_grid blocks of 64), `counts` n u32s.
-        unsafe { kernels.launch(Kernel::UnzstdSequences, grid, 64, 0, stream, &mut a)? };
+        // of `args` (4n u64s), `order` n u32s (a permutation of each round),
+        // `offsets` n + 1 u64s whose round spans at most `limit` entries of
+        // `list`, `scratch` ZSTD_LIST_SCRATCH_BYTES for each of the grid's
+        // threads (grid <= list_grid blocks of ZSTD_LIST_THREADS), `counts`
+        // n u32s, the round's counter zeroed.
+        unsafe { kernels.launch(Kernel::UnzstdSequences, grid, ZSTD_LIST_THREADS, 0, stream, &mut a)? };
         if timed {
             stream.synchronize()?;
             lists_time += t.elapsed();
@@ -885,7 +900,7 @@ fn run_unzstd(
             .arg(counts.ptr())
             .arg(verdicts.ptr())
             .arg(profile);
-        // SAFETY: arguments match gpq_unzstd: as above, with `verdicts` n
+        // SAFETY: arguments match gpq_unzstd: pages [first, last) as above, with `verdicts` n
         // u32s and `profile` null or 10 u64s. One warp a page,
         // UNZSTD_WARPS = 2 warps a block.
         unsafe { kernels.launch(Kernel::Unzstd, (last - first).div_ceil(2), 64, 0, stream, &mut a)? };
@@ -906,7 +921,7 @@ fn run_unzstd(
             "gpq's ZSTD decoder: kernel times"
         );
     }
-    keep.extend([counts, list, tables, d_offsets]);
+    keep.extend([counts, list, scratch, d_order, d_offsets, next_page]);
     Ok(())
 }
 

@@ -18,11 +18,13 @@
 //   largest size and one more. The host sizes the lists from the counts and
 //   splits a batch whose lists would not fit into rounds.
 // - gpq_unzstd_sequences, a thread per page, builds the page's FSE tables
-//   (in global memory, a set per thread) and decodes its sequences into the
+//   (in shared memory, a set per thread) and decodes its sequences into the
 //   list: (literal length, match length, offset), the repeat offsets
 //   resolved. Decoding a block's sequences is one chain of dependent steps;
-//   with a thread per page, every instruction a warp issues advances 32
-//   such chains, where a warp per page would issue it for one lane.
+//   with a thread per page, thousands of such chains run side by side, where
+//   a warp per page would issue every step for one lane. Threads take the
+//   pages longest first, so that the kernel ends soon after its longest
+//   chain.
 // - gpq_unzstd, a warp per page, decodes the literals (up to four lanes
 //   decode the Huffman streams side by side, from windows the warp stages
 //   in shared memory), then checks and executes the page's sequences from
@@ -59,7 +61,8 @@
 #define UNZSTD_MIN_BLOCKS 6            // 100 KB (sm_86, sm_89, sm_120)
 #endif
 #endif
-#define UNZSTD_LIST_THREADS 64         // threads a block of the counting and list kernels
+#define UNZSTD_COUNT_THREADS 64        // threads a block of the counting kernel
+#define UNZSTD_LIST_THREADS 9          // threads a block of the sequence kernel (its tables fill the block's shared memory)
 #define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
 #define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
 #define ZSTD_SEQ_BATCH 32              // sequences the warp checks and executes at once
@@ -706,7 +709,7 @@ GPQ_DEVICE bool zstd_page_args(const u64* args, u32 num_pages, u32 i, const u8*&
 // the first sequence that does not), and each sequence matches 3 bytes or
 // more, so those blocks hold at most out_len / 3 sequences, and the block it
 // stops in as many and one more.
-extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS) gpq_unzstd_count(const u64* args, u32 num_pages, u32* counts) {
+extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_count(const u64* args, u32 num_pages, u32* counts) {
   u32 i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= num_pages) return;
   const u8* in;
@@ -743,12 +746,15 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS) gpq_unzstd_cou
   counts[i] = (u32)entries;   // below 2^32: out_len < 2^31, and a block takes 5 input bytes or more
 }
 
-// One list kernel thread's sequence tables and their builder's scratch, in
-// global memory (a set per thread, reused page after page).
+// One list kernel thread's sequence tables, in shared memory (each step of
+// a block's chain of dependent steps waits on three lookups), and its table
+// builder's scratch, in global memory (used once a table).
+#define ZSTD_LIST_TABLE_WORDS 1281   // 512 + 512 + 256 entries, and one so that the threads' tables start in different banks
+#define ZSTD_LIST_SCRATCH_BYTES 1024 // a thread's builder scratch (norm, next)
 struct ZstdSeqTables {
-  u32 ll[512], ml[512], of[256];
-  i16 norm[256];
-  u16 next[256];
+  u32 *ll, *ml, *of;
+  i16* norm;
+  u16* next;
 };
 
 // The list kernel: the sequence table of one kind (its description state
@@ -912,15 +918,21 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* 
   }
 }
 
-// Threads take pages first + t, first + t + threads, ... up to `last`.
-// Page i's list is list[offsets[i] - offsets[first], offsets[i + 1] -
-// offsets[first]); written[i] gets the entries written (the warp reads no
-// further). `tables` holds a ZstdSeqTables a thread of the grid.
+// Pages [first, last), in the order `order[first, last)` lists them (the
+// host puts the longest lists first, so that a long chain starts early and
+// the short ones fill in around it): each thread takes the next page from
+// the counter `next_page` until none is left. Page i's list is
+// list[offsets[i] - offsets[first], offsets[i + 1] - offsets[first]);
+// written[i] gets the entries written (the warp reads no further).
+// `scratch` holds ZSTD_LIST_SCRATCH_BYTES a thread of the grid. Blocks of
+// UNZSTD_LIST_THREADS threads: their tables take 46 KB of shared memory, the
+// most a block has without asking the driver for more.
 extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
-    gpq_unzstd_sequences(const u64* args, u32 num_pages, u32 first, u32 last, const u64* offsets, u64* list, ZstdSeqTables* tables,
-                         u32* written) {
-  // The length codes' baselines, in shared memory: the threads of a warp
-  // look up different codes, which constant memory would serve one
+    gpq_unzstd_sequences(const u64* args, u32 num_pages, const u32* order, u32 first, u32 last, const u64* offsets, u64* list, u8* scratch,
+                         u32* written, u32* next_page) {
+  __shared__ u32 tables[UNZSTD_LIST_THREADS * ZSTD_LIST_TABLE_WORDS];
+  // The length codes' baselines, in shared memory too: the threads of a
+  // warp look up different codes, which constant memory would serve one
   // address at a time.
   __shared__ u32 ll_base[36], ml_base[53];
   for (u32 k = threadIdx.x; k < 53; k += blockDim.x) {
@@ -928,10 +940,18 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     ml_base[k] = ZSTD_ML_BASE[k];
   }
   __syncthreads();
-  u32 t = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
-  ZstdSeqTables& tb = tables[t];
+  if (threadIdx.x >= UNZSTD_LIST_THREADS) return;
+  u32 t = blockIdx.x * UNZSTD_LIST_THREADS + threadIdx.x;
+  u32* mine = tables + threadIdx.x * ZSTD_LIST_TABLE_WORDS;
+  u8* own = scratch + (u64)t * ZSTD_LIST_SCRATCH_BYTES;
+  ZstdSeqTables tb = {mine, mine + 512, mine + 1024, (i16*)own, (u16*)(own + 512)};
   u64 base = offsets[first];
-  for (u32 i = first + t; i < last; i += threads) {
+  // Each pass takes a page off the counter, and there are last - first.
+  for (;;) {
+    u32 k = atomicAdd(next_page, 1u);
+    if (k >= last - first) break;
+    u32 i = order[first + k];
+    if (i < first || i >= last) continue;   // (the host's order lists the round's pages only)
     const u8* in;
     u8* out;
     u32 in_len, out_len;
