@@ -863,6 +863,13 @@ fn run_unzstd(
     let d_offsets = upload(stream, as_bytes(&offsets), "ZSTD sequence list offsets", hold)?;
     let next_page = DeviceBuffer::alloc(stream, 4 * rounds.len() as u64, "ZSTD page counters")?;
     next_page.fill(stream, 0)?;
+    let list_profile = if timed {
+        let d = DeviceBuffer::alloc(stream, 16, "ZSTD sequence kernel profile")?;
+        d.fill(stream, 0)?;
+        Some(d)
+    } else {
+        None
+    };
     let (mut lists_time, mut warp_time) = (Duration::ZERO, Duration::ZERO);
     for (r, &(first, last)) in rounds.iter().enumerate() {
         let t = Instant::now();
@@ -877,13 +884,14 @@ fn run_unzstd(
             .arg(list.ptr())
             .arg(scratch.ptr())
             .arg(counts.ptr())
-            .arg(next_page.ptr() + 4 * r as u64);
+            .arg(next_page.ptr() + 4 * r as u64)
+            .arg(list_profile.as_ref().map_or(0, |d| d.ptr()));
         // SAFETY: arguments match gpq_unzstd_sequences: pages [first, last)
         // of `args` (4n u64s), `order` n u32s (a permutation of each round),
         // `offsets` n + 1 u64s whose round spans at most `limit` entries of
         // `list`, `scratch` ZSTD_LIST_SCRATCH_BYTES for each of the grid's
         // threads (grid <= list_grid blocks of ZSTD_LIST_THREADS), `counts`
-        // n u32s, the round's counter zeroed.
+        // n u32s, the round's counter zeroed, `profile` null or 2 u64s.
         unsafe { kernels.launch(Kernel::UnzstdSequences, grid, ZSTD_LIST_THREADS, 0, stream, &mut a)? };
         if timed {
             stream.synchronize()?;
@@ -909,19 +917,24 @@ fn run_unzstd(
             warp_time += t.elapsed();
         }
     }
-    if timed {
+    if let Some(d) = &list_profile {
+        let v: Vec<u64> = from_bytes(&d.to_host()?);
         info!(
             pages = n,
             rounds = rounds.len(),
             list_entries = total,
+            longest_list = largest,
             list_bytes = 8 * limit,
             count_ms = counted.as_secs_f64() * 1e3,
             lists_ms = lists_time.as_secs_f64() * 1e3,
             warp_ms = warp_time.as_secs_f64() * 1e3,
+            sequence_kernel_cycles_a_page = v[0] / n as u64,
+            sequence_kernel_longest_page_cycles = v[1],
             "gpq's ZSTD decoder: kernel times"
         );
     }
     keep.extend([counts, list, scratch, d_order, d_offsets, next_page]);
+    keep.extend(list_profile);
     Ok(())
 }
 

@@ -924,12 +924,14 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* 
 // the counter `next_page` until none is left. Page i's list is
 // list[offsets[i] - offsets[first], offsets[i + 1] - offsets[first]);
 // written[i] gets the entries written (the warp reads no further).
-// `scratch` holds ZSTD_LIST_SCRATCH_BYTES a thread of the grid. Blocks of
+// `scratch` holds ZSTD_LIST_SCRATCH_BYTES a thread of the grid. `profile`
+// is null, or 2 u64s that get the pages' clock cycles summed and the
+// longest page's (GPQ_UNZSTD_PROFILE=1). Blocks of
 // UNZSTD_LIST_THREADS threads: their tables take 46 KB of shared memory, the
 // most a block has without asking the driver for more.
 extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     gpq_unzstd_sequences(const u64* args, u32 num_pages, const u32* order, u32 first, u32 last, const u64* offsets, u64* list, u8* scratch,
-                         u32* written, u32* next_page) {
+                         u32* written, u32* next_page, u64* profile) {
   __shared__ u32 tables[UNZSTD_LIST_THREADS * ZSTD_LIST_TABLE_WORDS];
   // The length codes' baselines, in shared memory too: the threads of a
   // warp look up different codes, which constant memory would serve one
@@ -957,8 +959,14 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     u32 in_len, out_len;
     u32 limit = (u32)(offsets[i + 1] - offsets[i]);
     u32 w = 0;
+    u64 start = profile ? (u64)clock64() : 0;
     if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) w = zstd_list_page(tb, ll_base, ml_base, in, in_len, out_len, list + (offsets[i] - base), limit);
     written[i] = w;
+    if (profile) {   // a measuring aid: cycles summed over the pages, and the longest page's
+      u64 cycles = (u64)clock64() - start;
+      atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
+      atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
+    }
   }
 }
 
