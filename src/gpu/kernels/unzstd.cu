@@ -773,10 +773,10 @@ GPQ_DEVICE u32 zstd_list_table(ZstdSeqTables& tb, const ZstdPage& p, ZstdTableDe
 // The list kernel: decodes the sequences section at p.in[at, p.block_end)
 // of a block with `lit_size` literals whose output may take `room` bytes,
 // into list[0, limit). `count` gets the sequences written and `matched`
-// their match bytes. It stops with a reason at the first failure, and
-// after the first sequence that takes more literals than the block has or
-// more output than `room` (the warp refuses that one, so the reason is
-// never seen); otherwise the stream must be used up exactly.
+// their match bytes. A failure's reason comes after the sequences before
+// it; where the sequences take more literals than the block has or more
+// output than `room`, the warp refuses the one that goes over before it
+// gets to the reason. The stream must be used up exactly.
 GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, ZstdPage& p, u32 at, u32 room, u32 lit_size,
                                u64* list, u32 limit, u32& count, u32& matched) {
   const u8* in = p.in;
@@ -801,11 +801,15 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
   ZstdBits bits;
   if (at > end || !bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
   u32 ll_state = bits.read(p.ll_log), of_state = bits.read(p.of_log), ml_state = bits.read(p.ml_log);
-  u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2, lit_used = 0;
+  u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2;
+  u64 lit_sum = 0, match_sum = 0;
+  u32 trunc = nseq;   // the first sequence whose bits run past the stream's start (nseq: none)
   const u32 *llt = tb.ll, *oft = tb.of, *mlt = tb.ml;
   r = CHECK_OK;
-  // Each pass writes a sequence or stops, and there are nseq of them.
-  for (u32 left = nseq; left > 0; left--) {
+  // Each pass writes a sequence or stops, and there are nseq of them. No
+  // branch depends on what a sequence decodes to (the checks come after the
+  // loop), so nothing waits for a step but the next step's lookups.
+  for (u32 s = 0; s < nseq; s++) {
     u32 lle = llt[ll_state], ofe = oft[of_state], mle = mlt[ml_state];
     // No symbol past its kind's codes is in a table (zstd_seq_table).
     u32 llc = zstd_fse_symbol(lle), ofc = zstd_fse_symbol(ofe), mlc = zstd_fse_symbol(mle);
@@ -848,7 +852,7 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
         rep0 = off;
       }
     }
-    if (left > 1) {   // the next states: literal length first, then match, then offset (at most 26 bits)
+    if (s + 1 < nseq) {   // the next states: literal length first, then match, then offset (at most 26 bits)
       if (bits.pos - bits.lo < (i32)n2 && bits.lo > 0) bits.refill();
       if (bits.pos - bits.lo >= (i32)n2) {
         u64 v = (bits.win >> (bits.pos - (i32)n2 - bits.lo)) & ((1ull << n2) - 1);
@@ -862,29 +866,31 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
         of_state = zstd_fse_base(ofe) + bits.read(ofn);
       }
     }
-    if (bits.pos < 0) {
-      r = CHECK_TRUNCATED;
-      break;
-    }
+    // Past the stream's start the reads give zeros: harmless, and the
+    // sequences from the first such one on are dropped below.
+    trunc = bits.pos < 0 && trunc == nseq ? s : trunc;
     if (count >= limit) {   // the count said less (it cannot): the warp refuses the page here
       r = CHECK_OUTPUT_OVERRUN;
       break;
     }
     list[count++] = (u64)ll | ((u64)ml << 18) | ((u64)(off < ZSTD_LIST_OFF_MAX ? off : ZSTD_LIST_OFF_MAX) << 36);
-    // Bounded: the loop stops as soon as either sum passes the block's, and
-    // each step adds less than 2^18.
-    lit_used += ll;
-    matched += ml;
-    if (lit_used > lit_size || matched > room - lit_size) {
-      r = CHECK_OUTPUT_OVERRUN;
-      break;
-    }
+    lit_sum += ll;
+    match_sum += ml;
   }
   p.rep0 = rep0;
   p.rep1 = rep1;
   p.rep2 = rep2;
-  if (r == CHECK_OK && bits.pos != 0) r = CHECK_BAD_HEADER;
-  return r;
+  if (trunc < count) {
+    count = trunc;
+    return CHECK_TRUNCATED;
+  }
+  if (r) return r;
+  if (bits.pos != 0) return CHECK_BAD_HEADER;
+  // More literals or output than the block has: the warp refuses the
+  // sequence that goes over (its checks come first).
+  if (lit_sum > lit_size || match_sum > room - lit_size) return CHECK_OUTPUT_OVERRUN;
+  matched = (u32)match_sum;
+  return CHECK_OK;
 }
 
 // The list kernel, one page: its sequence list into list[0, limit); returns
