@@ -16,9 +16,14 @@
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
 //! to the CPU decoder, whose verdict stands. ZSTD pages go to gpq's own
-//! decoder (`gpq_unzstd`), which checks every step as it decodes and hands
+//! decoder (`unzstd.cu`), which checks every step as it decodes and hands
 //! any page it does not accept to the CPU decoder likewise; it needs neither
 //! nvCOMP nor a check in front (`ReadOptions::zstd_decoder` can choose nvCOMP).
+//! It decodes each page's sequences into a list first (a thread a page),
+//! then the pages from their lists (a warp a page); the lists take device
+//! memory in proportion to the sequences (8 bytes each), at most
+//! `GPQ_UNZSTD_LIST_BYTES` at once (a batch whose lists need more goes in
+//! rounds), and less where the read's budget has less room.
 //! GZIP pages cannot be checked completely on the device, so they go to
 //! nvCOMP in a worker process (`isolated`), where a fault or a hang costs
 //! only the worker, or to the CPU where there is none, unless the caller
@@ -400,7 +405,12 @@ pub(crate) fn decompress(
             if v != 0 {
                 stats.check_rejected += 1;
                 stats.device_zstd_pages -= 1;
-                gpu_errors.push(format!("ZSTD page refused by gpq's device decoder: {}", nvcomp::check_reason(v)));
+                let why = if v == UNZSTD_NOT_RUN {
+                    "its sequence list does not fit the memory the decoder's lists may have"
+                } else {
+                    nvcomp::check_reason(v)
+                };
+                gpu_errors.push(format!("ZSTD page refused by gpq's device decoder: {why}"));
                 retry.push(j);
             }
         }
@@ -688,11 +698,11 @@ fn batch_shape(list: &[&Job]) -> route::BatchShape {
     }
 }
 
-/// Queues gpq's ZSTD decoder (`gpq_unzstd`) over `list`, writing each
-/// page's values at its slot of `buffer`; returns the buffer its verdicts
-/// (a `CheckReason` per page of `list`, 0 for decoded) will be in once the
-/// stream is synchronized, and with `GPQ_UNZSTD_PROFILE=1` the one of its
-/// phase times.
+/// Runs gpq's ZSTD decoder over `list`, writing each page's values at its
+/// slot of `buffer`; returns the buffer its verdicts (a `CheckReason` per
+/// page of `list`, 0 for decoded) will be in once the stream is
+/// synchronized, and with `GPQ_UNZSTD_PROFILE=1` the one of its phase
+/// times. Synchronizes the stream once, after counting the sequence lists.
 fn decode_zstd(
     stream: &Arc<GpuStream>,
     kernels: &Kernels,
@@ -716,38 +726,216 @@ fn decode_zstd(
     } else {
         None
     };
-    launch_unzstd(stream, kernels, &d_args, n, d_verdicts.ptr(), profile.as_ref().map_or(0, |d| d.ptr()))?;
+    run_unzstd(stream, kernels, &d_args, n, &d_verdicts, profile.as_ref().map_or(0, |d| d.ptr()), keep, hold)?;
     keep.push(d_args);
     Ok((d_verdicts, profile))
 }
 
 /// The phases of `gpq_unzstd`'s profile (`ZstdPhase` in `unzstd.cu`).
-const UNZSTD_PHASES: [&str; 12] =
-    ["plan", "literals", "decode", "execute", "stage", "copy", "page", "pages", "sequences", "batches", "waves", "serial batches"];
+const UNZSTD_PHASES: [&str; 10] = ["plan", "literals", "execute", "copy", "page", "pages", "sequences", "batches", "waves", "serial batches"];
+
+/// The verdict of a page the decoder did not take: its sequence list does
+/// not fit the memory the lists may have (the warp kernel never ran on it).
+const UNZSTD_NOT_RUN: u32 = u32::MAX;
+
+/// Bytes of one sequence-kernel thread's table builder scratch
+/// (`ZSTD_LIST_SCRATCH_BYTES` in `unzstd.cu`).
+const ZSTD_LIST_SCRATCH_BYTES: u64 = 1024;
+
+/// Threads a block of the sequence kernel (`UNZSTD_LIST_THREADS` in `unzstd.cu`).
+const ZSTD_LIST_THREADS: u32 = 9;
 
 /// Logs the decoder's profile: per phase, clock cycles per page (counts as they are).
 fn log_unzstd_profile(d: &DeviceBuffer) -> Result<()> {
     let v: Vec<u64> = from_bytes(&d.to_host()?);
-    let pages = v[7].max(1) as f64;
+    let pages = v[5].max(1) as f64;
     let text: Vec<String> = UNZSTD_PHASES
         .iter()
         .zip(&v)
         .enumerate()
-        .map(|(k, (name, x))| if k < 7 { format!("{name} {:.0}", *x as f64 / pages) } else { format!("{name} {x}") })
+        .map(|(k, (name, x))| if k < 5 { format!("{name} {:.0}", *x as f64 / pages) } else { format!("{name} {x}") })
         .collect();
     info!(profile = %text.join(", "), "gpq's ZSTD decoder: lane 0's clock cycles per page by phase");
     Ok(())
 }
 
-/// Launches `gpq_unzstd` over `n` pages whose packed arguments are in `args`.
-fn launch_unzstd(stream: &Arc<GpuStream>, kernels: &Kernels, args: &DeviceBuffer, n: usize, verdicts: u64, profile: u64) -> Result<()> {
+/// Consecutive runs of pages, each run's lists within `limit` entries in
+/// all; a page whose list alone is over the limit is in none.
+fn unzstd_rounds(offsets: &[u64], limit: u64) -> Vec<(u32, u32)> {
+    let n = offsets.len() - 1;
+    let mut rounds = Vec::new();
+    let mut first = 0;
+    for i in 0..n {
+        if offsets[i + 1] - offsets[first] <= limit {
+            continue;
+        }
+        if first < i {
+            rounds.push((first as u32, i as u32));
+        }
+        first = if offsets[i + 1] - offsets[i] > limit { i + 1 } else { i };
+    }
+    if first < n {
+        rounds.push((first as u32, n as u32));
+    }
+    rounds
+}
+
+/// Runs the decoder's three kernels (`unzstd.cu`) over the `n` pages whose
+/// packed arguments are in `args`: counts each page's sequence list
+/// (waiting for that), then decodes the pages in rounds whose lists fit the
+/// memory the lists may have (`GPQ_UNZSTD_LIST_BYTES`, less where the
+/// read's budget or the device has less): their sequences into lists, then
+/// the pages from the lists. Verdicts go to `verdicts` (n u32s); a page
+/// whose list fits no round gets `UNZSTD_NOT_RUN`. Buffers the kernels use
+/// go to `keep`, to live until the stream is synchronized.
+#[allow(clippy::too_many_arguments)]
+fn run_unzstd(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    args: &DeviceBuffer,
+    n: usize,
+    verdicts: &DeviceBuffer,
+    profile: u64,
+    keep: &mut Vec<DeviceBuffer>,
+    hold: &mut Vec<Vec<u8>>,
+) -> Result<()> {
     let count = u32::try_from(n).map_err(|_| Error::Internal(format!("{n} ZSTD pages in one launch")))?;
-    let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(verdicts).arg(profile);
-    // SAFETY: arguments match gpq_unzstd: `args` holds 4n u64s (inputs,
-    // input sizes, output sizes, outputs) addressing live buffers that stay
-    // alive until the stream is synchronized, `verdicts` n u32s, `profile`
-    // null or 12 u64s. One warp a page, UNZSTD_WARPS = 2 warps a block.
-    unsafe { kernels.launch(Kernel::Unzstd, count.div_ceil(2), 64, 0, stream, &mut a) }
+    if count == 0 {
+        return Ok(());
+    }
+    let timed = profile != 0;
+    let started = Instant::now();
+    verdicts.fill(stream, 0xff)?;
+    let counts = DeviceBuffer::alloc(stream, 4 * n as u64, "ZSTD sequence list sizes")?;
+    let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(counts.ptr());
+    // SAFETY: arguments match gpq_unzstd_count: `args` holds 4n u64s
+    // addressing live buffers, `counts` n u32s. A thread a page, 64 a block.
+    unsafe { kernels.launch(Kernel::UnzstdCount, count.div_ceil(64), 64, 0, stream, &mut a)? };
+    let sizes: Vec<u32> = from_bytes(&counts.to_host()?);
+    let counted = started.elapsed();
+    let mut offsets = Vec::with_capacity(n + 1);
+    offsets.push(0u64);
+    for &s in &sizes {
+        offsets.push(offsets.last().unwrap() + s as u64);
+    }
+    let total = offsets[n];
+    let largest = sizes.iter().copied().max().unwrap_or(0) as u64;
+    // The lists' memory: as asked, less where the budget or the device
+    // refuses it (then fewer pages a round, down to the largest page alone).
+    let mut limit = crate::env::unzstd_list_bytes().div_ceil(8).min(total).max(largest).max(1);
+    let list = loop {
+        match DeviceBuffer::alloc(stream, 8 * limit, "ZSTD sequence lists") {
+            Ok(b) => break Some(b),
+            Err(e @ (Error::OverBudget { .. } | Error::OutOfDeviceMemory { .. })) => {
+                if limit <= 1 {
+                    warn!(error = %e, "no device memory for gpq's ZSTD decoder's sequence lists; its pages go to the CPU");
+                    break None;
+                }
+                limit /= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let Some(list) = list else {
+        keep.push(counts);
+        return Ok(());
+    };
+    let rounds = unzstd_rounds(&offsets, limit);
+    let widest = rounds.iter().map(|&(f, l)| l - f).max().unwrap_or(0);
+    let sm_blocks = (stream.context().sm_count.max(1) as u32).saturating_mul(crate::env::unzstd_list_blocks());
+    let list_grid = widest.div_ceil(ZSTD_LIST_THREADS).min(sm_blocks).max(1);
+    let scratch = match DeviceBuffer::alloc(stream, ZSTD_LIST_SCRATCH_BYTES * (ZSTD_LIST_THREADS * list_grid) as u64, "ZSTD table scratch") {
+        Ok(t) => t,
+        Err(e @ (Error::OverBudget { .. } | Error::OutOfDeviceMemory { .. })) => {
+            warn!(error = %e, "no device memory for gpq's ZSTD decoder's tables; its pages go to the CPU");
+            keep.push(counts);
+            keep.push(list);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    // Each round's pages, longest list first (the sequence kernel's order).
+    let mut order: Vec<u32> = (0..count).collect();
+    for &(first, last) in &rounds {
+        order[first as usize..last as usize].sort_by_key(|&i| std::cmp::Reverse(sizes[i as usize]));
+    }
+    let d_order = upload(stream, as_bytes(&order), "ZSTD page order", hold)?;
+    let d_offsets = upload(stream, as_bytes(&offsets), "ZSTD sequence list offsets", hold)?;
+    let next_page = DeviceBuffer::alloc(stream, 4 * rounds.len() as u64, "ZSTD page counters")?;
+    next_page.fill(stream, 0)?;
+    let list_profile = if timed {
+        let d = DeviceBuffer::alloc(stream, 16, "ZSTD sequence kernel profile")?;
+        d.fill(stream, 0)?;
+        Some(d)
+    } else {
+        None
+    };
+    let (mut lists_time, mut warp_time) = (Duration::ZERO, Duration::ZERO);
+    for (r, &(first, last)) in rounds.iter().enumerate() {
+        let t = Instant::now();
+        let grid = (last - first).div_ceil(ZSTD_LIST_THREADS).min(list_grid);
+        let mut a = KernelArgs::new()
+            .arg(args.ptr())
+            .arg(count)
+            .arg(d_order.ptr())
+            .arg(first)
+            .arg(last)
+            .arg(d_offsets.ptr())
+            .arg(list.ptr())
+            .arg(scratch.ptr())
+            .arg(counts.ptr())
+            .arg(next_page.ptr() + 4 * r as u64)
+            .arg(list_profile.as_ref().map_or(0, |d| d.ptr()));
+        // SAFETY: arguments match gpq_unzstd_sequences: pages [first, last)
+        // of `args` (4n u64s), `order` n u32s (a permutation of each round),
+        // `offsets` n + 1 u64s whose round spans at most `limit` entries of
+        // `list`, `scratch` ZSTD_LIST_SCRATCH_BYTES for each of the grid's
+        // threads (grid <= list_grid blocks of ZSTD_LIST_THREADS), `counts`
+        // n u32s, the round's counter zeroed, `profile` null or 2 u64s.
+        unsafe { kernels.launch(Kernel::UnzstdSequences, grid, ZSTD_LIST_THREADS, 0, stream, &mut a)? };
+        if timed {
+            stream.synchronize()?;
+            lists_time += t.elapsed();
+        }
+        let t = Instant::now();
+        let mut a = KernelArgs::new()
+            .arg(args.ptr())
+            .arg(count)
+            .arg(first)
+            .arg(last)
+            .arg(d_offsets.ptr())
+            .arg(list.ptr())
+            .arg(counts.ptr())
+            .arg(verdicts.ptr())
+            .arg(profile);
+        // SAFETY: arguments match gpq_unzstd: pages [first, last) as above, with `verdicts` n
+        // u32s and `profile` null or 10 u64s. One warp a page,
+        // UNZSTD_WARPS = 2 warps a block.
+        unsafe { kernels.launch(Kernel::Unzstd, (last - first).div_ceil(2), 64, 0, stream, &mut a)? };
+        if timed {
+            stream.synchronize()?;
+            warp_time += t.elapsed();
+        }
+    }
+    if let Some(d) = &list_profile {
+        let v: Vec<u64> = from_bytes(&d.to_host()?);
+        info!(
+            pages = n,
+            rounds = rounds.len(),
+            list_entries = total,
+            longest_list = largest,
+            list_bytes = 8 * limit,
+            count_ms = counted.as_secs_f64() * 1e3,
+            lists_ms = lists_time.as_secs_f64() * 1e3,
+            warp_ms = warp_time.as_secs_f64() * 1e3,
+            sequence_kernel_cycles_a_page = v[0] / n as u64,
+            sequence_kernel_longest_page_cycles = v[1],
+            "gpq's ZSTD decoder: kernel times"
+        );
+    }
+    keep.extend([counts, list, scratch, d_order, d_offsets, next_page]);
+    keep.extend(list_profile);
+    Ok(())
 }
 
 /// gpq's ZSTD decoder alone, over host pages, each (compressed bytes,
@@ -782,8 +970,11 @@ pub(crate) fn unzstd_standalone(stream: &Arc<GpuStream>, pages: &[(&[u8], u64)])
     let d_args = DeviceBuffer::from_host(stream, as_bytes(&host), "test arguments")?;
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "test verdicts")?;
     let kernels = Kernels::for_context(stream.context())?;
-    launch_unzstd(stream, &kernels, &d_args, n, d_verdicts.ptr(), 0)?;
+    let (mut keep, mut hold) = (Vec::new(), Vec::new());
+    run_unzstd(stream, &kernels, &d_args, n, &d_verdicts, 0, &mut keep, &mut hold)?;
     stream.synchronize()?;
+    drop(keep);
+    drop(hold);
     let verdicts: Vec<u32> = from_bytes(&d_verdicts.to_host()?);
     let out = d_out.to_host()?;
     Ok(verdicts

@@ -51,7 +51,11 @@ pub enum Kernel {
     BatchedCopy,
     /// Structural checks of compressed pages before nvCOMP (`check_compressed.cu`).
     CheckCompressed,
-    /// ZSTD decompression, checked at every step (`unzstd.cu`).
+    /// ZSTD pages' sequence list sizes (`unzstd.cu`).
+    UnzstdCount,
+    /// ZSTD pages' sequences, decoded into lists (`unzstd.cu`).
+    UnzstdSequences,
+    /// ZSTD decompression from the sequence lists, checked at every step (`unzstd.cu`).
     Unzstd,
     /// Repetition and definition levels of nested leaves (`nesting.cu`).
     DecodeLevels,
@@ -89,7 +93,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 30] = [
+    pub const ALL: [Kernel; 32] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -103,6 +107,8 @@ impl Kernel {
         Kernel::DeltaByteArrayValues,
         Kernel::BatchedCopy,
         Kernel::CheckCompressed,
+        Kernel::UnzstdCount,
+        Kernel::UnzstdSequences,
         Kernel::Unzstd,
         Kernel::DecodeLevels,
         Kernel::NestCount,
@@ -138,6 +144,8 @@ impl Kernel {
             Kernel::DeltaByteArrayValues => "gpq_delta_byte_array_values",
             Kernel::BatchedCopy => "gpq_batched_copy",
             Kernel::CheckCompressed => "gpq_check_compressed",
+            Kernel::UnzstdCount => "gpq_unzstd_count",
+            Kernel::UnzstdSequences => "gpq_unzstd_sequences",
             Kernel::Unzstd => "gpq_unzstd",
             Kernel::DecodeLevels => "gpq_decode_levels",
             Kernel::NestCount => "gpq_nest_count",

@@ -297,6 +297,8 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_delta_byte_array_values) \
   X(gpq_batched_copy)      \
   X(gpq_check_compressed)  \
+  X(gpq_unzstd_count)      \
+  X(gpq_unzstd_sequences)  \
   X(gpq_unzstd)            \
   X(gpq_decode_levels)     \
   X(gpq_nest_count)        \

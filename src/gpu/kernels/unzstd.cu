@@ -3,38 +3,55 @@
 // make it read or write out of bounds or never finish, and a check in front
 // of it would have to decode the entropy-coded streams anyway. This decoder
 // does decode them, and every read is bounded by its stream, every write by
-// the page's promised size, every loop by its input or output: a page that
-// breaks any rule of the format (or one this decoder is stricter about than
-// the reference library: dictionaries, checksummed frames, windows over
-// 128 MiB, offsets beyond the window, Huffman codes of 12 bits) gets a
-// CheckReason instead, and the host hands it to the CPU decoder, whose
-// verdict stands. So what this kernel accepts, it decodes exactly as the
-// reference library would.
+// the page's promised size or its list, every loop by its input or output:
+// a page that breaks any rule of the format (or one this decoder is
+// stricter about than the reference library: dictionaries, checksummed
+// frames, windows over 128 MiB, offsets beyond the window, Huffman codes of
+// 12 bits) gets a CheckReason instead, and the host hands it to the CPU
+// decoder, whose verdict stands. So what this decoder accepts, it decodes
+// exactly as the reference library would.
 //
-// One warp per page. Lane 0 parses headers, builds the entropy tables and
-// decodes sequences, 32 at a time (each step depends on the one before); up
-// to four lanes decode the Huffman streams of literals side by side; the
-// bitstreams are read from windows the warp stages in shared memory, so the
-// serial decoders wait on shared memory, not on global loads. A batch of
-// sequences is checked and executed a sequence per lane, in rounds: one
-// whose match reads output of an earlier sequence of the batch waits for
-// that one's round; long sequences are copied by the whole warp. Literals are
-// decoded into the tail of the page's own output slot: a block's matches
-// never overtake the literals still to be read, because the block's output
-// (literals plus matches) must fit in what is left of the slot, so no
-// scratch memory is needed.
+// Three kernels run over a batch of pages, in stream order:
+// - gpq_unzstd_count, a thread per page, walks the page's frame and block
+//   headers and counts the entries its sequence list needs: one a
+//   compressed block, and one a sequence, at most a third of the block's
+//   largest size and one more. The host sizes the lists from the counts and
+//   splits a batch whose lists would not fit into rounds.
+// - gpq_unzstd_sequences, a thread per page, builds the page's FSE tables
+//   (in shared memory, a set per thread) and decodes its sequences into the
+//   list: (literal length, match length, offset), the repeat offsets
+//   resolved. Decoding a block's sequences is one chain of dependent steps;
+//   with a thread per page, thousands of such chains run side by side, where
+//   a warp per page would issue every step for one lane. Threads take the
+//   pages longest first, so that the kernel ends soon after its longest
+//   chain.
+// - gpq_unzstd, a warp per page, decodes the literals (up to four lanes
+//   decode the Huffman streams side by side, from windows the warp stages
+//   in shared memory), then checks and executes the page's sequences from
+//   its list, 32 at a time, a sequence per lane, in rounds: one whose match
+//   reads output of an earlier sequence of the batch waits for that one's
+//   round; long sequences are copied by the whole warp. Literals are
+//   decoded into the tail of the page's own output slot: a block's matches
+//   never overtake the literals still to be read, because the block's
+//   output (literals plus matches) must fit in what is left of the slot.
 //
-// The decoder's speed is how many pages an SM keeps in flight, since lane
-// 0's work is one chain of dependent steps that only other warps can hide.
-// So a warp's shared memory is kept small (tables never used at the same
-// time share it; see ZstdWarp) and so are its registers: lane 0's page
-// state lives in shared memory, and the launch bounds ask for as many
-// blocks an SM as that shared memory allows on an H100 (UNZSTD_MIN_BLOCKS).
+// The list decoder checks what its chain needs (the table descriptions, the
+// bitstream's bounds and its end); the warp checks every sequence against
+// the literals, the output and the window before anything is written. The
+// first failure in the page's order is its reason, as if one decoder did
+// both: each block's list starts with an entry that carries the list
+// decoder's reason after the last sequence it decoded. The three kernels
+// walk a page's frames and blocks with the same functions, so the warp
+// finds each block's list where the list decoder put it.
+//
+// The warp kernel's speed is how many pages an SM keeps in flight, so its
+// shared memory is kept small (what is never needed at the same time shares
+// it; see ZstdWarp) and so are its registers: lane 0's page state lives in
+// shared memory, and the launch bounds ask for as many blocks an SM as that
+// shared memory allows on an H100 (UNZSTD_MIN_BLOCKS).
 
 #define UNZSTD_WARPS 2                 // warps (pages) a block: decompress.rs launches 64 threads a block
-// Blocks an SM, as many as the SM's shared memory holds at 16,416 bytes a
-// block (with the 1 KB reserved a block): the register cap this implies is
-// worth it only where the blocks fit.
+// Blocks an SM the register cap is set for (the shared memory allows more).
 #ifndef UNZSTD_MIN_BLOCKS
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000)
 #define UNZSTD_MIN_BLOCKS 14           // 228 KB an SM (H100, H200, B200)
@@ -44,12 +61,17 @@
 #define UNZSTD_MIN_BLOCKS 6            // 100 KB (sm_86, sm_89, sm_120)
 #endif
 #endif
+#define UNZSTD_COUNT_THREADS 64        // threads a block of the counting kernel
+#define UNZSTD_LIST_THREADS 9          // threads a block of the sequence kernel (its tables fill the block's shared memory)
 #define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
 #define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
-#define ZSTD_SEQ_BATCH 32              // sequences decoded by lane 0 before the warp executes them
-#define ZSTD_SEQ_WINDOW 512            // staged bytes of the sequence bitstream (a batch reads at most 360)
+#define ZSTD_SEQ_BATCH 32              // sequences the warp checks and executes at once
 #define ZSTD_HUF_WINDOW 256            // staged bytes of each Huffman stream per round
 #define ZSTD_LANE_COPY 256             // sequences longer than this are copied by the whole warp
+// A sequence in a list: ll | ml << 18 | off << 36. Lengths are below 2^18;
+// an offset over ZSTD_LIST_OFF_MAX is over every window accepted too, so it
+// is kept as that (still refused, by the warp's check).
+#define ZSTD_LIST_OFF_MAX ((1u << 28) - 1)
 
 // Literal-length and match-length codes: baselines and extra bits (RFC 8878, 3.1.1.3.2.1.1).
 __constant__ const u32 ZSTD_LL_BASE[36] = {0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,   16,    18,
@@ -69,14 +91,8 @@ __constant__ const i16 ZSTD_ML_DEFAULT[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1
 __constant__ const i16 ZSTD_OF_DEFAULT[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
                                             1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
 
-// The literal- and match-length FSE tables (zstd_fse_entry).
-struct ZstdLengthTables {
-  u32 ll[512];
-  u32 ml[512];
-};
-
-// What the table builders work in: normalized counts, the next state per
-// symbol, Huffman weights and the FSE table they are coded with.
+// What the Huffman table builder works in: normalized counts, the next
+// state per symbol, the weights and the FSE table they are coded with.
 struct ZstdScratch {
   i16 norm[256];
   u16 next[256];
@@ -84,55 +100,41 @@ struct ZstdScratch {
   u32 weight_table[64];
 };
 
-// Staged bitstream bytes, as words so that a refill is two aligned loads;
-// the extra word lets a refill read past the staged bytes (bits above the
-// reader's position, never used, so whatever they hold is harmless).
+// Staged Huffman stream bytes, as words so that a refill is two aligned
+// loads; the extra word lets a refill read past the staged bytes (bits
+// above the reader's position, never used, so whatever they hold is
+// harmless).
 struct ZstdWindows {
-  u64 seq[ZSTD_SEQ_WINDOW / 8 + 1];      // sequence bitstream bytes [seq_lo, seq_hi)
   u64 huf[4][ZSTD_HUF_WINDOW / 8 + 1];   // Huffman stream bytes [huf_lo[s], huf_hi[s])
 };
 
 // Everything a warp keeps for its page. Shared memory bounds how many pages
-// an SM decodes at once, so what is never needed at the same time shares
-// it: the Huffman table is read only while a block's literals are decoded
-// and the length tables only after, and the builders' scratch is dead
-// before any window is staged. A later block that repeats a table the
-// other one overwrote rebuilds it from its description (ZstdPage).
+// an SM decodes at once, so the builder's scratch, dead before any window
+// is staged, shares memory with the windows.
 struct ZstdWarp {
-  union {
-    ZstdLengthTables lengths;
-    u16 huf[2048];       // Huffman decoding table: symbol | bits << 8 (RFC 8878: at most 11 bits)
-  };
-  u32 of_table[256];     // the offset codes' FSE table
+  u16 huf[2048];         // Huffman decoding table: symbol | bits << 8 (RFC 8878: at most 11 bits)
   union {
     ZstdScratch build;
     ZstdWindows staged;
   };
-  // A batch of decoded sequences: `ll` literals, then a match of `ml` bytes
-  // from `off` bytes back. Where each goes, and whether it is valid, the
-  // warp works out from the batch's start (seq_lit0, seq_matched0, seq_at0).
-  u32 seq_ll[ZSTD_SEQ_BATCH], seq_ml[ZSTD_SEQ_BATCH], seq_off[ZSTD_SEQ_BATCH];
-  const u8* seq_src;
-  i32 seq_lo, seq_hi;
   const u8* huf_src[4];
   i32 huf_lo[4], huf_hi[4];
   // Lane 0's plans for the warp, read by every lane after a __syncwarp.
   u32 reason;            // CheckReason, final for the page once set
   u32 action;            // what the warp does next (ZstdAction)
-  u32 op;                // output position of the action
-  u32 len;               // bytes of a raw or RLE block, literals of the tail copy
+  u32 op;                // output position of a raw or RLE block
+  u32 len;               // bytes of a raw or RLE block
   const u8* src;         // raw block bytes
-  const u8* lits;        // the block's literals (raw in the input, or Huffman-decoded in the output tail)
+  const u8* lits;        // the block's raw literals in the input
   u32 lit_kind;          // 0 raw, 1 RLE, 2 Huffman
-  u32 lit;               // index of the first literal of the tail copy
   u32 lit_at;            // output offset of Huffman-decoded literals
   u8 rle;
-  u32 nseq;              // sequences in the batch
-  u32 seq_reason;        // why lane 0 stopped after the batch's last sequence (CHECK_OK: it did not)
-  u32 seq_lit0, seq_matched0, seq_at0;   // the block's literals used, match bytes and output position before the batch
-  u32 lit_size, room;    // the block's literals, and the output it may still write
-  u32 frame_start, window;
-  u32 serial;            // the batch runs one sequence at a time (see zstd_decode_sequences)
+  // The block's sequences: its list (nseq sequences, then the list
+  // decoder's reason), and what every one is checked against.
+  const u64* seq_list;
+  u32 nseq, seq_reason;
+  u32 block_op, lit_size, room, frame_start, window;
+  u32 seq_done, lit_used, matched;   // the block's sequences executed, their literals and match bytes
   u32 streams;           // Huffman streams of the literals (0: none)
   u32 huf_log;
   u32 stream_at[4], stream_len[4];   // input offsets and sizes of the streams
@@ -145,8 +147,8 @@ enum ZstdAction : u32 {
   ZSTD_COPY_RAW = 1,    // copy `len` bytes from `src` to `op`
   ZSTD_FILL_RLE = 2,    // write `len` copies of `rle` at `op`
   ZSTD_LITERALS = 3,    // decode the Huffman streams
-  ZSTD_SEQUENCES = 4,   // execute `nseq` sequences
-  ZSTD_TAIL = 5,        // copy the last `len` literals from `src` (or RLE) to `op`
+  ZSTD_SEQUENCES = 4,   // execute the block's sequences, then copy its last literals
+  ZSTD_START = 5,       // nothing yet: lane 0 plans the first block
 };
 
 GPQ_DEVICE u32 zstd_highbit(u32 v) { return 31 - __clz(v); }   // v > 0
@@ -187,7 +189,15 @@ struct ZstdBits {
       u64 v = staged[a];
       win = sh ? (v >> sh) | (staged[a + 1] << (64 - sh)) : v;
     } else {
-      win = zstd_load8(p, len, (u32)start);
+      // Two aligned words where both lie inside the stream, else byte by byte.
+      const u8* q = p + start;
+      const u64* w = (const u64*)((unsigned long long)q & ~7ull);
+      u32 sh = 8 * (u32)((unsigned long long)q & 7);
+      if ((const u8*)w >= p && (const u8*)(w + 2) <= p + len) {
+        win = sh ? (w[0] >> sh) | (w[1] << (64 - sh)) : w[0];
+      } else {
+        win = zstd_load8(p, len, (u32)start);
+      }
     }
     lo = 8 * start;
   }
@@ -340,17 +350,18 @@ GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, 
 }
 
 // Builds the FSE table of one kind of sequence code (literal lengths,
-// offsets or match lengths) for `mode` 0 to 2, from p[0, avail); `used` is
-// set to the bytes its description takes.
-GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 kind, u32 mode, const u8* p, u32 avail, u32& log, u32& used) {
+// offsets or match lengths) for `mode` 0 to 2, from p[0, avail), with
+// `norm` and `next` to work in; `used` is set to the bytes its description
+// takes.
+GPQ_DEVICE u32 zstd_seq_table(u32* table, i16* norm, u16* next, u32 kind, u32 mode, const u8* p, u32 avail, u32& log, u32& used) {
   used = 0;
   u32 max_symbol = kind == ZSTD_FSE_LL ? 35 : kind == ZSTD_FSE_ML ? 52 : 31;
   if (mode == 0) {   // predefined
     const i16* defaults = kind == ZSTD_FSE_LL ? ZSTD_LL_DEFAULT : kind == ZSTD_FSE_ML ? ZSTD_ML_DEFAULT : ZSTD_OF_DEFAULT;
     u32 count = kind == ZSTD_FSE_LL ? 36 : kind == ZSTD_FSE_ML ? 53 : 29;
-    for (u32 s = 0; s < count; s++) z.build.norm[s] = defaults[s];
+    for (u32 s = 0; s < count; s++) norm[s] = defaults[s];
     log = kind == ZSTD_FSE_OF ? 5 : 6;
-    return zstd_build_fse(table, z.build.norm, count - 1, log, z.build.next, kind);
+    return zstd_build_fse(table, norm, count - 1, log, next, kind);
   }
   if (mode == 1) {   // RLE: one symbol, no bits
     if (avail < 1) return CHECK_TRUNCATED;
@@ -362,9 +373,9 @@ GPQ_DEVICE u32 zstd_seq_table(ZstdWarp& z, u32* table, u32 kind, u32 mode, const
   }
   // FSE-compressed
   u32 max_sv = 0;
-  u32 r = zstd_read_ncount(p, avail, z.build.norm, max_symbol, kind == ZSTD_FSE_OF ? 8 : 9, max_sv, log, used);
+  u32 r = zstd_read_ncount(p, avail, norm, max_symbol, kind == ZSTD_FSE_OF ? 8 : 9, max_sv, log, used);
   if (r) return r;
-  return zstd_build_fse(table, z.build.norm, max_sv, log, z.build.next, kind);
+  return zstd_build_fse(table, norm, max_sv, log, next, kind);
 }
 
 // Reads a Huffman tree description (RFC 8878, 4.2.1) from p[0, avail) and
@@ -456,15 +467,17 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
 
 // How the sequence table of one kind in use was described: its mode (0
 // predefined, 1 RLE, 2 FSE-compressed; ZSTD_NO_TABLE: none yet in this
-// frame) and, for modes 1 and 2, where in the page's input.
+// frame).
 struct ZstdTableDesc {
-  u32 mode, at, avail;
+  u32 mode;
 };
 #define ZSTD_NO_TABLE 4u
 
-// What lane 0 keeps of a page between steps, in shared memory: held in
-// registers, the plan-time fields would raise the whole kernel's register
-// count (and so lower the warps an SM runs) for the sake of cold code.
+// Where a walk through a page's frames and blocks stands. The counting and
+// list kernels keep it in registers; the warp kernel's lane 0 keeps it in
+// shared memory (held in registers, its fields would raise the whole
+// kernel's register count, and so lower the warps an SM runs, for the sake
+// of cold code).
 struct ZstdPage {
   const u8* in;
   u32 in_len, out_len;
@@ -472,32 +485,24 @@ struct ZstdPage {
   u32 frame_start, window, block_max;
   u64 fcs;
   bool has_fcs, last_block, in_frame;
-  // The tables a later block may repeat: their descriptions, and whether
-  // each still stands in shared memory (see ZstdWarp).
-  ZstdTableDesc ll_desc, of_desc, ml_desc;
-  u32 huf_at, huf_avail;     // the Huffman tree description in use (huf_avail 0: none yet)
-  bool huf_valid, lengths_valid;
-  u32 ll_log, of_log, ml_log, huf_log;
-  u32 rep0, rep1, rep2;      // repeat offsets (scalars: lane 0 keeps them in registers for a batch)
   // The block being decoded.
   u32 block_end, block_start_op;
-  u32 seq_at;                // input offset of the block's sequences section
-  u32 lit_size, lit_at;      // literal count and where they are in the output tail
-  const u8* lit_src;         // raw literals in the input (null: in the output tail or RLE)
-  u8 lit_rle;
-  u32 lit_kind;              // 0 raw, 1 RLE, 2 Huffman
-  u32 lit_used;              // literals consumed
-  u32 matched;               // match bytes of the block so far
-  u32 seq_left;
-  ZstdBits bits;
-  u32 ll_state, of_state, ml_state;
+  // The list kernel's: the sequence tables a later block may repeat, and
+  // the repeat offsets.
+  ZstdTableDesc ll_desc, of_desc, ml_desc;
+  u32 ll_log, of_log, ml_log;
+  u32 rep0, rep1, rep2;
+  // The warp kernel's: the Huffman tree description in use (huf_avail 0:
+  // none yet), and the page's sequence list, read from `list_at` on.
+  u32 huf_at, huf_avail, huf_log;
+  const u64* list;
+  u32 list_at, list_len;
 };
 
 // A new frame starts without tables to repeat.
 GPQ_DEVICE void zstd_forget_tables(ZstdPage& p) {
   p.ll_desc.mode = p.of_desc.mode = p.ml_desc.mode = ZSTD_NO_TABLE;
   p.huf_avail = 0;
-  p.huf_valid = p.lengths_valid = false;
 }
 
 // Parses a frame header at p.ip (or skips a skippable frame).
@@ -561,34 +566,27 @@ GPQ_DEVICE u32 zstd_frame_header(ZstdPage& p) {
   }
 }
 
-// Lane 0: asks the warp to stage the sequence bitstream's next window
-// (read by the next batch) and points the bit reader at it.
-GPQ_DEVICE void zstd_plan_window(ZstdWarp& z, ZstdPage& p) {
-  i32 lo = 0, hi = 0;
-  if (p.seq_left > 0) p.bits.window(ZSTD_SEQ_WINDOW, lo, hi);
-  z.seq_src = p.bits.p;
-  z.seq_lo = lo;
-  z.seq_hi = hi;
-  p.bits.staged = hi > lo ? z.staged.seq : nullptr;
-  p.bits.staged_lo = lo;
-  p.bits.staged_hi = hi;
-}
-
-GPQ_DEVICE u32 zstd_plan_sequences(ZstdWarp& z, ZstdPage& p);
-
-// Lane 0: parses the next block (or frame) and plans the warp's next action.
-GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
+// The next block of the page: ends the frame after its last block (checking
+// its size with `sizes`), starts the next frame, and parses the block's
+// header. Returns CHECK_OK with `type` ZSTD_END once the input is used up
+// (with `sizes`, the output must be complete then). p.ip is left after the
+// block header; a raw or RLE block's bytes are checked to be there.
+// Without `sizes` (the counting kernel, which does not know the output
+// position) nothing depending on p.op is checked but what cannot pass
+// anyway, so it walks at least as far as the others.
+#define ZSTD_END 4u
+GPQ_DEVICE u32 zstd_next_block(ZstdPage& p, bool sizes, u32& type, u32& size) {
   const u8* in = p.in;
   if (!p.in_frame || p.last_block) {
     if (p.in_frame) {   // the frame just ended
-      if (p.has_fcs && p.op - p.frame_start != p.fcs) return CHECK_SIZE_MISMATCH;
+      if (sizes && p.has_fcs && p.op - p.frame_start != p.fcs) return CHECK_SIZE_MISMATCH;
       p.in_frame = false;
     }
     u32 r = zstd_frame_header(p);
     if (r) return r;
     if (!p.in_frame) {   // all input consumed
-      if (p.op != p.out_len) return CHECK_SIZE_MISMATCH;
-      z.action = ZSTD_DONE;
+      if (sizes && p.op != p.out_len) return CHECK_SIZE_MISMATCH;
+      type = ZSTD_END;
       return CHECK_OK;
     }
   }
@@ -596,151 +594,70 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
   u32 bh = in[p.ip] | (in[p.ip + 1] << 8) | (in[p.ip + 2] << 16);
   p.ip += 3;
   p.last_block = bh & 1;
-  u32 type = (bh >> 1) & 3, size = bh >> 3;
+  type = (bh >> 1) & 3;
+  size = bh >> 3;
   if (type == 3) return CHECK_BAD_HEADER;
+  if (size > p.block_max) return CHECK_BAD_HEADER;
   if (type < 2) {   // raw or RLE: the size is the output
-    if (size > p.block_max) return CHECK_BAD_HEADER;
     if (size > p.out_len - p.op) return CHECK_OUTPUT_OVERRUN;
     u32 stored = type == 0 ? size : 1;
     if (stored > p.in_len - p.ip) return CHECK_TRUNCATED;
-    z.action = type == 0 ? ZSTD_COPY_RAW : ZSTD_FILL_RLE;
-    z.src = in + p.ip;
-    z.rle = type == 1 ? in[p.ip] : 0;
-    z.op = p.op;
-    z.len = size;
-    p.ip += stored;
-    p.op += size;
     return CHECK_OK;
   }
-  // Compressed block.
-  if (size > p.block_max) return CHECK_BAD_HEADER;
   if (size > p.in_len - p.ip) return CHECK_TRUNCATED;
   if (size < 2) return CHECK_BAD_HEADER;
-  const u8* b = in + p.ip;
   p.block_end = p.ip + size;
   p.block_start_op = p.op;
-  u32 room = p.out_len - p.op < p.block_max ? p.out_len - p.op : p.block_max;   // the block's output at most
-  // Literals section header.
-  u32 h0 = b[0], ltype = h0 & 3, fmt = (h0 >> 2) & 3, at = 0;
-  u32 lit_size = 0;
-  z.streams = 0;
-  if (ltype < 2) {
-    if (fmt == 0 || fmt == 2) { lit_size = h0 >> 3; at = 1; }
-    else if (fmt == 1) { lit_size = (h0 | (b[1] << 8)) >> 4; at = 2; }
-    else { if (size < 3) return CHECK_TRUNCATED; lit_size = (h0 | (b[1] << 8) | (b[2] << 16)) >> 4; at = 3; }
-    if (lit_size > room) return CHECK_OUTPUT_OVERRUN;
-    u32 stored = ltype == 0 ? lit_size : 1;
-    if (at + stored > size) return CHECK_TRUNCATED;
-    p.lit_kind = ltype;
-    p.lit_src = ltype == 0 ? b + at : nullptr;
-    p.lit_rle = ltype == 1 ? b[at] : 0;
-    at += stored;
-  } else {
-    if (ltype == 3 && p.huf_avail == 0) return CHECK_BAD_HEADER;
-    if (size < 5) return CHECK_TRUNCATED;
-    u32 hlen = fmt <= 1 ? 3 : fmt == 2 ? 4 : 5;
-    u64 h = 0;
-    for (u32 k = 0; k < hlen; k++) h |= (u64)b[k] << (8 * k);
-    u32 bits = fmt <= 1 ? 10 : fmt == 2 ? 14 : 18;
-    lit_size = (u32)((h >> 4) & ((1u << bits) - 1));
-    u32 csize = (u32)((h >> (4 + bits)) & ((1u << bits) - 1));
-    u32 streams = fmt == 0 ? 1 : 4;
-    if (lit_size > room) return CHECK_OUTPUT_OVERRUN;
-    if (streams == 4 && lit_size < 6) return CHECK_BAD_HEADER;
-    if (hlen + csize > size) return CHECK_TRUNCATED;
-    u32 tree = 0;
-    if (ltype == 2 || !p.huf_valid) {   // a new table, or the one in use after the length tables overwrote it
-      if (ltype == 2) {
-        p.huf_at = p.ip + hlen;
-        p.huf_avail = csize;
-      }
-      u32 used = 0;
-      u32 r = zstd_huffman_table(z, in + p.huf_at, p.huf_avail, p.huf_log, used);
-      if (r) return r;
-      if (ltype == 2) tree = used;
-      p.huf_valid = true;
-      p.lengths_valid = false;
-    }
-    u32 s0 = hlen + tree, rest = csize - tree;   // the streams
-    p.lit_kind = 2;
-    p.lit_src = nullptr;
-    p.lit_at = p.out_len - lit_size;
-    z.huf_log = p.huf_log;
-    z.streams = streams;
-    if (streams == 1) {
-      z.stream_at[0] = p.ip + s0;
-      z.stream_len[0] = rest;
-      z.stream_out[0] = p.lit_at;
-      z.stream_count[0] = lit_size;
-    } else {
-      if (rest < 10) return CHECK_BAD_HEADER;
-      const u8* jt = b + s0;
-      u32 l1 = jt[0] | (jt[1] << 8), l2 = jt[2] | (jt[3] << 8), l3 = jt[4] | (jt[5] << 8);
-      if (l1 + l2 + l3 + 6 > rest) return CHECK_TRUNCATED;
-      u32 l4 = rest - 6 - l1 - l2 - l3;
-      u32 seg = (lit_size + 3) / 4;
-      if (3 * seg > lit_size) return CHECK_BAD_HEADER;
-      u32 lens[4] = {l1, l2, l3, l4};
-      u32 from = p.ip + s0 + 6;
-      for (u32 k = 0; k < 4; k++) {
-        z.stream_at[k] = from;
-        z.stream_len[k] = lens[k];
-        z.stream_out[k] = p.lit_at + k * seg;
-        z.stream_count[k] = k < 3 ? seg : lit_size - 3 * seg;
-        from += lens[k];
-      }
-    }
-    at = hlen + csize;
-  }
-  p.lit_size = lit_size;
-  p.lit_used = 0;
-  p.matched = 0;
-  if (p.lit_kind != 2) p.lit_at = 0;
-  p.seq_at = p.ip + at;
-  z.lit_kind = p.lit_kind;
-  z.lits = p.lit_kind == 0 ? p.lit_src : nullptr;
-  z.rle = p.lit_rle;
-  z.lit_at = p.lit_at;
-  if (z.streams) {   // the sequences section once the literals are decoded (zstd_plan_sequences)
-    z.action = ZSTD_LITERALS;
+  return CHECK_OK;
+}
+
+// A compressed block's literals section header (RFC 8878, 3.1.1.3.1).
+struct ZstdLiterals {
+  u32 type;      // 0 raw, 1 RLE, 2 Huffman, 3 Huffman with the previous tree
+  u32 size;      // literals
+  u32 hlen;      // header bytes
+  u32 csize;     // Huffman: the tree and streams' bytes
+  u32 streams;   // Huffman: 1 or 4
+  u32 section;   // bytes of the whole section
+};
+
+// Parses the literals section header of the block at b[0, size) (size >= 2)
+// whose output may take `room` bytes.
+GPQ_DEVICE u32 zstd_literals_header(const u8* b, u32 size, u32 room, ZstdLiterals& l) {
+  u32 h0 = b[0], fmt = (h0 >> 2) & 3;
+  l.type = h0 & 3;
+  l.csize = 0;
+  l.streams = 0;
+  if (l.type < 2) {
+    if (fmt == 0 || fmt == 2) { l.size = h0 >> 3; l.hlen = 1; }
+    else if (fmt == 1) { l.size = (h0 | (b[1] << 8)) >> 4; l.hlen = 2; }
+    else { if (size < 3) return CHECK_TRUNCATED; l.size = (h0 | (b[1] << 8) | (b[2] << 16)) >> 4; l.hlen = 3; }
+    if (l.size > room) return CHECK_OUTPUT_OVERRUN;
+    u32 stored = l.type == 0 ? l.size : 1;
+    if (l.hlen + stored > size) return CHECK_TRUNCATED;
+    l.section = l.hlen + stored;
     return CHECK_OK;
   }
-  return zstd_plan_sequences(z, p);
+  if (size < 5) return CHECK_TRUNCATED;
+  l.hlen = fmt <= 1 ? 3 : fmt == 2 ? 4 : 5;
+  u64 h = 0;
+  for (u32 k = 0; k < l.hlen; k++) h |= (u64)b[k] << (8 * k);
+  u32 bits = fmt <= 1 ? 10 : fmt == 2 ? 14 : 18;
+  l.size = (u32)((h >> 4) & ((1u << bits) - 1));
+  l.csize = (u32)((h >> (4 + bits)) & ((1u << bits) - 1));
+  l.streams = fmt == 0 ? 1 : 4;
+  if (l.size > room) return CHECK_OUTPUT_OVERRUN;
+  if (l.streams == 4 && l.size < 6) return CHECK_BAD_HEADER;
+  if (l.hlen + l.csize > size) return CHECK_TRUNCATED;
+  l.section = l.hlen + l.csize;
+  return CHECK_OK;
 }
 
-// Lane 0: the sequence table of one kind for `mode`, described at input
-// offset `at` (3: the previous block's table, rebuilt from its description
-// if the Huffman table has overwritten it since).
-GPQ_DEVICE u32 zstd_sequence_table(ZstdWarp& z, ZstdPage& p, u32 kind, u32 mode, u32 at, u32 avail, u32& used) {
-  used = 0;
-  bool length = kind != ZSTD_FSE_OF;
-  ZstdTableDesc& d = kind == ZSTD_FSE_LL ? p.ll_desc : kind == ZSTD_FSE_ML ? p.ml_desc : p.of_desc;
-  u32* table = kind == ZSTD_FSE_LL ? z.lengths.ll : kind == ZSTD_FSE_ML ? z.lengths.ml : z.of_table;
-  u32& log = kind == ZSTD_FSE_LL ? p.ll_log : kind == ZSTD_FSE_ML ? p.ml_log : p.of_log;
-  if (mode == 3) {
-    if (d.mode == ZSTD_NO_TABLE) return CHECK_BAD_HEADER;
-    if (!length || p.lengths_valid) return CHECK_OK;
-  } else {
-    d.mode = mode;
-    d.at = at;
-    d.avail = avail;
-  }
-  if (length) p.huf_valid = false;
-  u32 taken = 0;
-  u32 r = zstd_seq_table(z, table, kind, d.mode, p.in + d.at, d.avail, log, taken);
-  if (mode != 3) used = taken;
-  return r;
-}
-
-// Lane 0: parses the block's sequences section, once its literals are
-// decoded (the length tables share memory with the Huffman table), and
-// plans an empty first batch, so that the warp stages the bitstream's
-// first window before lane 0 decodes from it.
-GPQ_DEVICE u32 zstd_plan_sequences(ZstdWarp& z, ZstdPage& p) {
-  const u8* in = p.in;
-  u32 at = p.seq_at, end = p.block_end;
+// The number of sequences (RFC 8878, 3.1.1.3.2.1) at in[at, end); moves
+// `at` past it.
+GPQ_DEVICE u32 zstd_sequence_count(const u8* in, u32& at, u32 end, u32& nseq) {
   if (at >= end) return CHECK_TRUNCATED;
-  u32 nseq = in[at++];
+  nseq = in[at++];
   if (nseq >= 128) {
     if (nseq == 255) {
       if (end - at < 2) return CHECK_TRUNCATED;
@@ -751,59 +668,149 @@ GPQ_DEVICE u32 zstd_plan_sequences(ZstdWarp& z, ZstdPage& p) {
       nseq = ((nseq - 128) << 8) + in[at++];
     }
   }
-  p.seq_left = nseq;
-  if (nseq > 0) {
-    if (at >= end) return CHECK_TRUNCATED;
-    u32 modes = in[at++];
-    if (modes & 3) return CHECK_BAD_HEADER;
-    u32 used = 0, r;
-    r = zstd_sequence_table(z, p, ZSTD_FSE_LL, modes >> 6, at, end - at, used);
-    if (r) return r;
-    at += used;
-    r = zstd_sequence_table(z, p, ZSTD_FSE_OF, (modes >> 4) & 3, at, end - at, used);
-    if (r) return r;
-    at += used;
-    r = zstd_sequence_table(z, p, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
-    if (r) return r;
-    at += used;
-    p.lengths_valid = true;
-    if (at > end || !p.bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
-    p.ll_state = p.bits.read(p.ll_log);
-    p.of_state = p.bits.read(p.of_log);
-    p.ml_state = p.bits.read(p.ml_log);
-  } else {
-    if (at != end) return CHECK_BAD_HEADER;
-    p.bits.len = 0;
-    p.bits.pos = 0;
-  }
-  // What the warp's checks of every batch of the block compare with.
-  z.lit_size = p.lit_size;
-  z.room = p.out_len - p.block_start_op < p.block_max ? p.out_len - p.block_start_op : p.block_max;
-  z.frame_start = p.frame_start;
-  z.window = p.window;
-  z.action = ZSTD_SEQUENCES;
-  z.nseq = 0;
-  z.seq_reason = CHECK_OK;
-  z.serial = 0;
-  zstd_plan_window(z, p);
   return CHECK_OK;
 }
 
-// Lane 0: decodes the next batch of sequences (or, once there are none
-// left, plans the copy of the remaining literals). Only what each step
-// depends on is done here: the table lookups, the bits and the repeat
-// offsets. The checks, the output positions and the order of execution
-// are the warp's, a sequence per lane (zstd_execute).
-GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
-  u32 n = 0;
-  // The hot state in registers for the batch (ZstdPage lives in shared memory).
-  ZstdBits bits = p.bits;
-  u32 ll_state = p.ll_state, of_state = p.of_state, ml_state = p.ml_state;
+// A walk's start at the beginning of a page.
+GPQ_DEVICE void zstd_start_page(ZstdPage& p, const u8* in, u32 in_len, u32 out_len) {
+  p.in = in;
+  p.in_len = in_len;
+  p.out_len = out_len;
+  p.ip = p.op = 0;
+  p.in_frame = p.last_block = false;
+  zstd_forget_tables(p);
+  p.huf_log = p.ll_log = p.of_log = p.ml_log = 0;
+}
+
+// The entries of a block's list at most: its first, then a sequence each.
+// The list kernel stops after the first sequence whose matches overrun the
+// block (every match is 3 bytes or more).
+GPQ_DEVICE u32 zstd_list_cap(const ZstdPage& p, u32 nseq) {
+  u32 most = p.block_max / 3 + 1;
+  return 1 + (nseq < most ? nseq : most);
+}
+
+// Page i's arguments from nvCOMP's packed arrays (inputs, input sizes,
+// output sizes, outputs); false for a page too large for the decoders' u32
+// positions.
+GPQ_DEVICE bool zstd_page_args(const u64* args, u32 num_pages, u32 i, const u8*& in, u32& in_len, u32& out_len, u8*& out) {
+  in = (const u8*)args[i];
+  u64 il = args[num_pages + i], ol = args[2 * (u64)num_pages + i];
+  out = (u8*)args[3 * (u64)num_pages + i];
+  in_len = (u32)il;
+  out_len = (u32)ol;
+  return il < (1ull << 31) && ol < (1ull << 31);
+}
+
+// A thread per page: counts[i] gets the entries page i's sequence list
+// needs at most (0 for a page the warp refuses before any list). Besides
+// each block's cap (zstd_list_cap), the page's output bounds the whole:
+// every block the list kernel finishes fits the output left (it stops at
+// the first sequence that does not), and each sequence matches 3 bytes or
+// more, so those blocks hold at most out_len / 3 sequences, and the block it
+// stops in as many and one more.
+extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_count(const u64* args, u32 num_pages, u32* counts) {
+  u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= num_pages) return;
+  const u8* in;
+  u8* out;
+  u32 in_len, out_len;
+  u64 entries = 0, blocks = 0;
+  if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out) && in_len > 0) {
+    ZstdPage p;
+    // The output position is not known here (matches are not decoded): the
+    // walk takes the output as larger than any, so that no check stops it
+    // before the list kernel's walk stops.
+    zstd_start_page(p, in, in_len, 0xFFFFFFFFu);
+    // Each pass consumes 3 bytes of input or more, so the loop ends.
+    for (;;) {
+      u32 type = 0, size = 0;
+      if (zstd_next_block(p, false, type, size) != CHECK_OK || type == ZSTD_END) break;
+      if (type < 2) {
+        p.ip += type == 0 ? size : 1;
+        p.op += size;
+        continue;
+      }
+      ZstdLiterals l;
+      if (zstd_literals_header(p.in + p.ip, size, p.block_max, l) != CHECK_OK) break;
+      u32 at = p.ip + l.section, nseq = 0;
+      u32 r = zstd_sequence_count(p.in, at, p.block_end, nseq);
+      entries += zstd_list_cap(p, r == CHECK_OK ? nseq : 0);
+      blocks++;
+      if (r) break;
+      p.ip = p.block_end;
+    }
+    u64 most = 2 * (u64)(out_len / 3) + 1 + blocks;
+    if (entries > most) entries = most;
+  }
+  counts[i] = (u32)entries;   // below 2^32: out_len < 2^31, and a block takes 5 input bytes or more
+}
+
+// One list kernel thread's sequence tables, in shared memory (each step of
+// a block's chain of dependent steps waits on three lookups), and its table
+// builder's scratch, in global memory (used once a table).
+#define ZSTD_LIST_TABLE_WORDS 1281   // 512 + 512 + 256 entries, and one so that the threads' tables start in different banks
+#define ZSTD_LIST_SCRATCH_BYTES 1024 // a thread's builder scratch (norm, next)
+struct ZstdSeqTables {
+  u32 *ll, *ml, *of;
+  i16* norm;
+  u16* next;
+};
+
+// The list kernel: the sequence table of one kind (its description state
+// `d`, its accuracy `log`, its entries `table`) for `mode` (3: the one the
+// previous block of the frame used), described at p.in[at, at + avail).
+// Each call names its kind's fields: chosen here by the kind, they would
+// make the page state addressable, which puts it in local memory.
+GPQ_DEVICE u32 zstd_list_table(ZstdSeqTables& tb, const ZstdPage& p, ZstdTableDesc& d, u32& log, u32* table, u32 kind, u32 mode, u32 at,
+                               u32 avail, u32& used) {
+  used = 0;
+  if (mode == 3) return d.mode == ZSTD_NO_TABLE ? (u32)CHECK_BAD_HEADER : (u32)CHECK_OK;
+  d.mode = mode;
+  return zstd_seq_table(table, tb.norm, tb.next, kind, mode, p.in + at, avail, log, used);
+}
+
+// The list kernel: decodes the sequences section at p.in[at, p.block_end)
+// of a block with `lit_size` literals whose output may take `room` bytes,
+// into list[0, limit). `count` gets the sequences written and `matched`
+// their match bytes. A failure's reason comes after the sequences before
+// it; where the sequences take more literals than the block has or more
+// output than `room`, the warp refuses the one that goes over before it
+// gets to the reason. The stream must be used up exactly.
+GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, ZstdPage& p, u32 at, u32 room, u32 lit_size,
+                               u64* list, u32 limit, u32& count, u32& matched) {
+  const u8* in = p.in;
+  u32 end = p.block_end, nseq = 0;
+  count = matched = 0;
+  u32 r = zstd_sequence_count(in, at, end, nseq);
+  if (r) return r;
+  if (nseq == 0) return at != end ? (u32)CHECK_BAD_HEADER : (u32)CHECK_OK;
+  if (at >= end) return CHECK_TRUNCATED;
+  u32 modes = in[at++];
+  if (modes & 3) return CHECK_BAD_HEADER;
+  u32 used = 0;
+  r = zstd_list_table(tb, p, p.ll_desc, p.ll_log, tb.ll, ZSTD_FSE_LL, modes >> 6, at, end - at, used);
+  if (r) return r;
+  at += used;
+  r = zstd_list_table(tb, p, p.of_desc, p.of_log, tb.of, ZSTD_FSE_OF, (modes >> 4) & 3, at, end - at, used);
+  if (r) return r;
+  at += used;
+  r = zstd_list_table(tb, p, p.ml_desc, p.ml_log, tb.ml, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
+  if (r) return r;
+  at += used;
+  ZstdBits bits;
+  if (at > end || !bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
+  u32 ll_state = bits.read(p.ll_log), of_state = bits.read(p.of_log), ml_state = bits.read(p.ml_log);
   u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2;
-  u32 seq_left = p.seq_left, lit_used = p.lit_used, matched = p.matched;
-  u32 reason = CHECK_OK;
-  while (n < ZSTD_SEQ_BATCH && seq_left > 0) {
-    u32 lle = z.lengths.ll[ll_state], ofe = z.of_table[of_state], mle = z.lengths.ml[ml_state];
+  u64 lit_sum = 0, match_sum = 0;
+  u32 trunc = nseq;   // the first sequence whose bits run past the stream's start (nseq: none)
+  const u32 *llt = tb.ll, *oft = tb.of, *mlt = tb.ml;
+  r = CHECK_OK;
+  // Each pass writes a sequence or stops, and there are nseq of them. No
+  // branch depends on what a sequence decodes to (the checks come after the
+  // loop), so nothing waits for a step but the next step's lookups.
+  for (u32 s = 0; s < nseq; s++) {
+    u32 lle = llt[ll_state], ofe = oft[of_state], mle = mlt[ml_state];
     // No symbol past its kind's codes is in a table (zstd_seq_table).
     u32 llc = zstd_fse_symbol(lle), ofc = zstd_fse_symbol(ofe), mlc = zstd_fse_symbol(mle);
     // The three fields (offset bits first, then match and literal length:
@@ -826,8 +833,8 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
       llx = bits.read(llb);
     }
     u32 ofv = (1u << ofc) + ofx;
-    u32 ml = ZSTD_ML_BASE[mlc] + mlx;
-    u32 ll = ZSTD_LL_BASE[llc] + llx;
+    u32 ml = ml_base[mlc] + mlx;
+    u32 ll = ll_base[llc] + llx;
     u32 off;
     if (ofv > 3) {
       off = ofv - 3;
@@ -845,8 +852,7 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
         rep0 = off;
       }
     }
-    seq_left--;
-    if (seq_left > 0) {   // the next states: literal length first, then match, then offset (at most 26 bits)
+    if (s + 1 < nseq) {   // the next states: literal length first, then match, then offset (at most 26 bits)
       if (bits.pos - bits.lo < (i32)n2 && bits.lo > 0) bits.refill();
       if (bits.pos - bits.lo >= (i32)n2) {
         u64 v = (bits.win >> (bits.pos - (i32)n2 - bits.lo)) & ((1ull << n2) - 1);
@@ -860,55 +866,207 @@ GPQ_DEVICE u32 zstd_decode_sequences(ZstdWarp& z, ZstdPage& p) {
         of_state = zstd_fse_base(ofe) + bits.read(ofn);
       }
     }
-    if (bits.pos < 0) {
-      reason = CHECK_TRUNCATED;
+    // Past the stream's start the reads give zeros: harmless, and the
+    // sequences from the first such one on are dropped below.
+    trunc = bits.pos < 0 && trunc == nseq ? s : trunc;
+    if (count >= limit) {   // the count said less (it cannot): the warp refuses the page here
+      r = CHECK_OUTPUT_OVERRUN;
       break;
     }
-    z.seq_ll[n] = ll;
-    z.seq_ml[n] = ml;
-    z.seq_off[n] = off;
-    n++;
-    // Bounded: ll and ml are below 2^18, so 32 of them cannot wrap; the
-    // warp checks the batch before anything depends on these sums.
-    lit_used += ll;
-    matched += ml;
+    list[count++] = (u64)ll | ((u64)ml << 18) | ((u64)(off < ZSTD_LIST_OFF_MAX ? off : ZSTD_LIST_OFF_MAX) << 36);
+    lit_sum += ll;
+    match_sum += ml;
   }
-  u32 lit0 = p.lit_used, matched0 = p.matched;
-  p.bits = bits;
-  p.ll_state = ll_state;
-  p.of_state = of_state;
-  p.ml_state = ml_state;
   p.rep0 = rep0;
   p.rep1 = rep1;
   p.rep2 = rep2;
-  p.seq_left = seq_left;
-  p.lit_used = lit_used;
-  p.matched = matched;
-  if (n > 0 || reason != CHECK_OK) {
-    z.nseq = n;
-    z.seq_reason = reason;
-    z.seq_lit0 = lit0;
-    z.seq_matched0 = matched0;
-    z.seq_at0 = p.block_start_op + lit0 + matched0;
-    // Literals in the output tail that a later sequence of the batch could
-    // overwrite before an earlier one reads them (near a page's end): one
-    // sequence at a time, in order.
-    z.serial = p.lit_kind == 2 && (u64)z.seq_at0 + (lit_used - lit0) + (matched - matched0) > (u64)p.lit_at + lit0;
-    z.action = ZSTD_SEQUENCES;
-    zstd_plan_window(z, p);
+  if (trunc < count) {
+    count = trunc;
+    return CHECK_TRUNCATED;
+  }
+  if (r) return r;
+  if (bits.pos != 0) return CHECK_BAD_HEADER;
+  // More literals or output than the block has: the warp refuses the
+  // sequence that goes over (its checks come first).
+  if (lit_sum > lit_size || match_sum > room - lit_size) return CHECK_OUTPUT_OVERRUN;
+  matched = (u32)match_sum;
+  return CHECK_OK;
+}
+
+// The list kernel, one page: its sequence list into list[0, limit); returns
+// the entries written.
+GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, const u8* in, u32 in_len, u32 out_len, u64* list,
+                               u32 limit) {
+  if (in_len == 0) return 0;
+  ZstdPage p;
+  zstd_start_page(p, in, in_len, out_len);
+  u32 w = 0;
+  // Each pass consumes 3 bytes of input or more, or stops.
+  for (;;) {
+    u32 type = 0, size = 0;
+    if (zstd_next_block(p, true, type, size) != CHECK_OK || type == ZSTD_END) return w;
+    if (type < 2) {
+      p.ip += type == 0 ? size : 1;
+      p.op += size;
+      continue;
+    }
+    u32 room = p.out_len - p.op < p.block_max ? p.out_len - p.op : p.block_max;
+    ZstdLiterals l;
+    if (zstd_literals_header(p.in + p.ip, size, room, l) != CHECK_OK) return w;
+    if (w >= limit) return w;
+    u32 head = w++, count = 0, matched = 0;
+    u32 r = zstd_list_block(tb, ll_base, ml_base, p, p.ip + l.section, room, l.size, list + w, limit - w, count, matched);
+    w += count;
+    list[head] = (u64)count | ((u64)r << 32);
+    if (r) return w;
+    p.op += l.size + matched;
+    p.ip = p.block_end;
+  }
+}
+
+// Pages [first, last), in the order `order[first, last)` lists them (the
+// host puts the longest lists first, so that a long chain starts early and
+// the short ones fill in around it): each thread takes the next page from
+// the counter `next_page` until none is left. Page i's list is
+// list[offsets[i] - offsets[first], offsets[i + 1] - offsets[first]);
+// written[i] gets the entries written (the warp reads no further).
+// `scratch` holds ZSTD_LIST_SCRATCH_BYTES a thread of the grid. `profile`
+// is null, or 2 u64s that get the pages' clock cycles summed and the
+// longest page's (GPQ_UNZSTD_PROFILE=1). Blocks of
+// UNZSTD_LIST_THREADS threads: their tables take 46 KB of shared memory, the
+// most a block has without asking the driver for more.
+extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
+    gpq_unzstd_sequences(const u64* args, u32 num_pages, const u32* order, u32 first, u32 last, const u64* offsets, u64* list, u8* scratch,
+                         u32* written, u32* next_page, u64* profile) {
+  __shared__ u32 tables[UNZSTD_LIST_THREADS * ZSTD_LIST_TABLE_WORDS];
+  // The length codes' baselines, in shared memory too: the threads of a
+  // warp look up different codes, which constant memory would serve one
+  // address at a time.
+  __shared__ u32 ll_base[36], ml_base[53];
+  for (u32 k = threadIdx.x; k < 53; k += blockDim.x) {
+    if (k < 36) ll_base[k] = ZSTD_LL_BASE[k];
+    ml_base[k] = ZSTD_ML_BASE[k];
+  }
+  __syncthreads();
+  if (threadIdx.x >= UNZSTD_LIST_THREADS) return;
+  u32 t = blockIdx.x * UNZSTD_LIST_THREADS + threadIdx.x;
+  u32* mine = tables + threadIdx.x * ZSTD_LIST_TABLE_WORDS;
+  u8* own = scratch + (u64)t * ZSTD_LIST_SCRATCH_BYTES;
+  ZstdSeqTables tb = {mine, mine + 512, mine + 1024, (i16*)own, (u16*)(own + 512)};
+  u64 base = offsets[first];
+  // Each pass takes a page off the counter, and there are last - first.
+  for (;;) {
+    u32 k = atomicAdd(next_page, 1u);
+    if (k >= last - first) break;
+    u32 i = order[first + k];
+    if (i < first || i >= last) continue;   // (the host's order lists the round's pages only)
+    const u8* in;
+    u8* out;
+    u32 in_len, out_len;
+    u32 limit = (u32)(offsets[i + 1] - offsets[i]);
+    u32 w = 0;
+    u64 start = profile ? (u64)clock64() : 0;
+    if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) w = zstd_list_page(tb, ll_base, ml_base, in, in_len, out_len, list + (offsets[i] - base), limit);
+    written[i] = w;
+    if (profile) {   // a measuring aid: cycles summed over the pages, and the longest page's
+      u64 cycles = (u64)clock64() - start;
+      atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
+      atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
+    }
+  }
+}
+
+// Lane 0: parses the next block (or frame) and plans the warp's next action.
+GPQ_DEVICE u32 zstd_plan_list(ZstdWarp& z, ZstdPage& p);
+GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
+  const u8* in = p.in;
+  u32 type = 0, size = 0;
+  u32 r = zstd_next_block(p, true, type, size);
+  if (r) return r;
+  if (type == ZSTD_END) {
+    z.action = ZSTD_DONE;
     return CHECK_OK;
   }
-  // No sequences left (the warp checked every batch): the stream must be
-  // used up exactly, then the remaining literals follow the last match.
-  if (p.bits.pos != 0) return CHECK_BAD_HEADER;
-  u32 left = p.lit_size - p.lit_used;
-  u32 at = p.block_start_op + p.lit_used + p.matched;
-  z.action = ZSTD_TAIL;
-  z.op = at;
-  z.len = left;
-  z.lit = p.lit_used;
-  p.op = at + left;
-  p.ip = p.block_end;
+  if (type < 2) {
+    z.action = type == 0 ? ZSTD_COPY_RAW : ZSTD_FILL_RLE;
+    z.src = in + p.ip;
+    z.rle = type == 1 ? in[p.ip] : 0;
+    z.op = p.op;
+    z.len = size;
+    p.ip += type == 0 ? size : 1;
+    p.op += size;
+    return CHECK_OK;
+  }
+  const u8* b = in + p.ip;
+  u32 room = p.out_len - p.op < p.block_max ? p.out_len - p.op : p.block_max;   // the block's output at most
+  if ((b[0] & 3) == 3 && p.huf_avail == 0) return CHECK_BAD_HEADER;   // the previous tree, of which there is none
+  ZstdLiterals l;
+  r = zstd_literals_header(b, size, room, l);
+  if (r) return r;
+  z.streams = 0;
+  z.lit_kind = l.type < 2 ? l.type : 2;
+  z.lits = l.type == 0 ? b + l.hlen : nullptr;
+  z.rle = l.type == 1 ? b[l.hlen] : 0;
+  z.lit_size = l.size;
+  z.lit_at = l.type >= 2 ? p.out_len - l.size : 0;
+  z.room = room;
+  z.block_op = p.op;
+  if (l.type >= 2) {
+    u32 tree = 0;
+    if (l.type == 2) {   // a new tree (the one in use stays in shared memory for the blocks after)
+      p.huf_at = p.ip + l.hlen;
+      p.huf_avail = l.csize;
+      r = zstd_huffman_table(z, in + p.huf_at, p.huf_avail, p.huf_log, tree);
+      if (r) return r;
+    }
+    u32 s0 = l.hlen + tree, rest = l.csize - tree;   // the streams
+    z.huf_log = p.huf_log;
+    z.streams = l.streams;
+    if (l.streams == 1) {
+      z.stream_at[0] = p.ip + s0;
+      z.stream_len[0] = rest;
+      z.stream_out[0] = z.lit_at;
+      z.stream_count[0] = l.size;
+    } else {
+      if (rest < 10) return CHECK_BAD_HEADER;
+      const u8* jt = b + s0;
+      u32 l1 = jt[0] | (jt[1] << 8), l2 = jt[2] | (jt[3] << 8), l3 = jt[4] | (jt[5] << 8);
+      if (l1 + l2 + l3 + 6 > rest) return CHECK_TRUNCATED;
+      u32 l4 = rest - 6 - l1 - l2 - l3;
+      u32 seg = (l.size + 3) / 4;
+      if (3 * seg > l.size) return CHECK_BAD_HEADER;
+      u32 lens[4] = {l1, l2, l3, l4};
+      u32 from = p.ip + s0 + 6;
+      for (u32 k = 0; k < 4; k++) {
+        z.stream_at[k] = from;
+        z.stream_len[k] = lens[k];
+        z.stream_out[k] = z.lit_at + k * seg;
+        z.stream_count[k] = k < 3 ? seg : l.size - 3 * seg;
+        from += lens[k];
+      }
+    }
+    z.action = ZSTD_LITERALS;   // then the sequences (zstd_plan_list)
+    return CHECK_OK;
+  }
+  return zstd_plan_list(z, p);
+}
+
+// Lane 0: the block's sequences, from the next entries of the page's list.
+// The list kernel walked the page as the warp does, so the block's entry is
+// there whenever the warp gets this far (and if it is not, the page is
+// refused, never decoded from memory the list kernel did not write).
+GPQ_DEVICE u32 zstd_plan_list(ZstdWarp& z, ZstdPage& p) {
+  if (p.list_at >= p.list_len) return CHECK_BAD_HEADER;
+  u64 head = p.list[p.list_at++];
+  u32 count = (u32)head;
+  if (count > p.list_len - p.list_at) return CHECK_BAD_HEADER;
+  z.seq_list = p.list + p.list_at;
+  z.nseq = count;
+  z.seq_reason = (u32)(head >> 32);
+  p.list_at += count;
+  z.frame_start = p.frame_start;
+  z.window = p.window;
+  z.action = ZSTD_SEQUENCES;
   return CHECK_OK;
 }
 
@@ -1080,30 +1238,40 @@ GPQ_DEVICE void zstd_lane_sequence(u8* out, const u8* lits, u32 kind, u8 rle, u3
   }
 }
 
-// The warp checks lane 0's batch and executes it, a sequence per lane.
-// Prefix sums give each sequence its literals and output position; each
-// is checked as the reference library checks it, and the first failure in
-// order is the page's reason (nothing of the batch is written then). A
-// sequence runs once every earlier one whose output its match reads has
-// run, so the batch goes in rounds; long sequences are copied by the whole
-// warp. Returns the reason (the same in every lane) and sets `rounds`.
-GPQ_DEVICE u32 zstd_execute(ZstdWarp& z, u8* out, u32 lane, u32& rounds) {
+// What a batch of sequences did, for the warp's running totals and the profile.
+struct ZstdBatch {
+  u32 lits, matched;   // literals and match bytes of the batch
+  u32 rounds;
+  bool serial;
+};
+
+// The warp checks a batch of n <= 32 sequences (lane k holds the k-th:
+// ll, ml, off) and executes it, a sequence per lane. The block has used
+// `lit0` literals and written `matched0` match bytes before it. Prefix sums
+// give each sequence its literals and output position; each is checked as
+// the reference library checks it, and the first failure in order is the
+// page's reason (nothing of the batch is written then). A sequence runs
+// once every earlier one whose output its match reads has run, so the
+// batch goes in rounds; long sequences are copied by the whole warp.
+// Returns the reason (the same in every lane).
+GPQ_DEVICE u32 zstd_execute(const ZstdWarp& z, u8* out, u32 lane, u32 n, u32 ll, u32 ml, u32 off, u32 lit0, u32 matched0, ZstdBatch& b) {
   const unsigned FULL = 0xffffffffu;
-  u32 n = z.nseq, kind = z.lit_kind;
+  u32 kind = z.lit_kind;
   bool mine = lane < n;
-  u32 ll = mine ? z.seq_ll[lane] : 0, ml = mine ? z.seq_ml[lane] : 0, off = mine ? z.seq_off[lane] : 0;
+  if (!mine) ll = ml = off = 0;
   u32 sum_ll = ll, sum_all = ll + ml;   // inclusive prefix sums over the lanes
 #pragma unroll
   for (u32 d = 1; d < 32; d <<= 1) {
-    u32 a = __shfl_up_sync(FULL, sum_ll, d), b = __shfl_up_sync(FULL, sum_all, d);
+    u32 x = __shfl_up_sync(FULL, sum_ll, d), y = __shfl_up_sync(FULL, sum_all, d);
     if (lane >= d) {
-      sum_ll += a;
-      sum_all += b;
+      sum_ll += x;
+      sum_all += y;
     }
   }
-  u32 lit = z.seq_lit0 + sum_ll - ll;
-  u32 matched = z.seq_matched0 + (sum_all - sum_ll) - ml;
-  u32 at = z.seq_at0 + sum_all - ll - ml;
+  u32 at0 = z.block_op + lit0 + matched0;
+  u32 lit = lit0 + sum_ll - ll;
+  u32 matched = matched0 + (sum_all - sum_ll) - ml;
+  u32 at = at0 + sum_all - ll - ml;
   u32 reason = CHECK_OK;
   if (mine) {   // in the reference library's order
     if ((u64)lit + ll > z.lit_size) {
@@ -1116,17 +1284,24 @@ GPQ_DEVICE u32 zstd_execute(ZstdWarp& z, u8* out, u32 lane, u32& rounds) {
     }
   }
   u32 bad = __ballot_sync(FULL, reason != CHECK_OK);
-  rounds = 0;
+  b.rounds = 0;
+  b.serial = false;
   if (bad) return __shfl_sync(FULL, reason, __ffs(bad) - 1);
-  if (z.seq_reason != CHECK_OK) return z.seq_reason;
+  u32 total_ll = __shfl_sync(FULL, sum_ll, 31), total_all = __shfl_sync(FULL, sum_all, 31);
+  b.lits = total_ll;
+  b.matched = total_all - total_ll;
+  // Literals in the output tail that a later sequence of the batch could
+  // overwrite before an earlier one reads them (near a page's end): one
+  // sequence at a time, in order.
+  b.serial = kind == 2 && (u64)at0 + total_all > (u64)z.lit_at + lit0;
   // The earlier sequences of the batch whose output the match reads:
   // [from, to) is its source, cut to the batch's output before it.
   u32 end = at + ll + ml, dep = 0;
-  if (z.serial) {
+  if (b.serial) {
     dep = lane > 0 ? 1u << (lane - 1) : 0;
   } else {
     u32 src = at + ll - off, src_end = src + (ml < off ? ml : off);
-    u32 from = src > z.seq_at0 ? src : z.seq_at0, to = src_end < at ? src_end : at;
+    u32 from = src > at0 ? src : at0, to = src_end < at ? src_end : at;
     // `at` and `end` grow with the lane (every match is 3 bytes or more;
     // lanes past n sit at the batch's end), so the sequences that [from, to)
     // overlaps are a run of lanes before this one: from the first whose end
@@ -1162,34 +1337,69 @@ GPQ_DEVICE u32 zstd_execute(ZstdWarp& z, u8* out, u32 lane, u32& rounds) {
     }
     __syncwarp();
     done |= ready;
-    rounds++;
+    b.rounds++;
   }
   return CHECK_OK;
 }
 
-// The whole warp decodes one page; returns its CheckReason.
 // Where a warp's time goes, for `profile` (lane 0's clock, summed over pages).
 enum ZstdPhase : u32 {
-  ZSTD_T_PLAN = 0,        // frame and block headers, entropy tables
+  ZSTD_T_PLAN = 0,        // frame and block headers, the Huffman table
   ZSTD_T_LITERALS = 1,    // Huffman streams
-  ZSTD_T_DECODE = 2,      // sequences decoded by lane 0
-  ZSTD_T_EXECUTE = 3,     // sequences executed by the warp
-  ZSTD_T_STAGE = 4,       // the sequence bitstream's windows
-  ZSTD_T_COPY = 5,        // raw and RLE blocks, the literals after the last match
-  ZSTD_T_PAGE = 6,        // the whole page
-  ZSTD_T_PAGES = 7,       // pages (a count)
-  ZSTD_T_SEQUENCES = 8,   // sequences (a count)
-  ZSTD_T_BATCHES = 9,     // batches (a count)
-  ZSTD_T_WAVES = 10,      // rounds of the batches (a count; "waves" in the log)
-  ZSTD_T_SERIAL = 11,     // batches executed one sequence a round for their literals' sake (a count)
-  ZSTD_T_COUNT = 12,      // (what the host reads; the two below are lane 0's clock marks)
-  ZSTD_T_START = 12,
-  ZSTD_T_MARK = 13,
+  ZSTD_T_EXECUTE = 2,     // sequences checked and executed, the literals after the last
+  ZSTD_T_COPY = 3,        // raw and RLE blocks
+  ZSTD_T_PAGE = 4,        // the whole page
+  ZSTD_T_PAGES = 5,       // pages (a count)
+  ZSTD_T_SEQUENCES = 6,   // sequences (a count)
+  ZSTD_T_BATCHES = 7,     // batches (a count)
+  ZSTD_T_WAVES = 8,       // rounds of the batches (a count; "waves" in the log)
+  ZSTD_T_SERIAL = 9,      // batches executed one sequence a round for their literals' sake (a count)
+  ZSTD_T_COUNT = 10,      // (what the host reads; the two below are lane 0's clock marks)
+  ZSTD_T_START = 10,
+  ZSTD_T_MARK = 11,
 };
 
-// The whole warp decodes one page; returns its CheckReason. With `profile`
-// (null in normal use), lane 0 adds its clock per phase to `t`.
-GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8* out, u32 out_len, u32 lane, u64* t) {
+// The warp: the block's sequences from its list, a batch at a time, then
+// the literals after the last match. Returns the page's reason; sets z.matched.
+GPQ_DEVICE u32 zstd_run_block(ZstdWarp& z, u8* out, u32 lane, u64* t) {
+  const u64 MASK = (1ull << 18) - 1;
+  // The running totals live in shared memory, where lane 0 moves them
+  // between batches: held in registers across a batch, they would spill.
+  if (lane == 0) z.seq_done = z.lit_used = z.matched = 0;
+  __syncwarp();
+  while (z.seq_done < z.nseq) {
+    u32 at = z.seq_done, k = z.nseq - at < ZSTD_SEQ_BATCH ? z.nseq - at : ZSTD_SEQ_BATCH;
+    u64 e = lane < k ? z.seq_list[at + lane] : 0;
+    ZstdBatch b;
+    u32 r = zstd_execute(z, out, lane, k, (u32)(e & MASK), (u32)((e >> 18) & MASK), (u32)(e >> 36), z.lit_used, z.matched, b);
+    if (t && lane == 0) {
+      t[ZSTD_T_SEQUENCES] += k;
+      t[ZSTD_T_BATCHES] += 1;
+      t[ZSTD_T_WAVES] += b.rounds;
+      t[ZSTD_T_SERIAL] += b.serial;
+    }
+    if (r) return r;   // the same in every lane
+    if (lane == 0) {   // at most the block's literals and output: checked
+      z.seq_done = at + k;
+      z.lit_used += b.lits;
+      z.matched += b.matched;
+    }
+    __syncwarp();
+  }
+  if (z.seq_reason) return z.seq_reason;
+  u32 lit0 = z.lit_used, left = z.lit_size - lit0, at = z.block_op + lit0 + z.matched;
+  if (left) {
+    if (z.lit_kind == 1) zstd_fill(out + at, z.rle, left, lane);
+    else zstd_copy_down(out + at, (z.lit_kind == 2 ? out + z.lit_at : z.lits) + lit0, left, lane);
+  }
+  return CHECK_OK;
+}
+
+// The whole warp decodes one page from its list[0, list_len); returns its
+// CheckReason. With `t` (null in normal use), lane 0 adds its clock per
+// phase to it.
+GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8* out, u32 out_len, const u64* list, u32 list_len, u32 lane,
+                         u64* t) {
   // The clocks live in `t` (shared), not in registers the whole page long.
   if (t && lane == 0) t[ZSTD_T_START] = t[ZSTD_T_MARK] = (u64)clock64();
   auto lap = [&](u32 phase) {
@@ -1200,25 +1410,14 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8*
     }
   };
   if (lane == 0) {
-    p.in = in;
-    p.in_len = in_len;
-    p.out_len = out_len;
-    p.ip = p.op = 0;
-    p.in_frame = p.last_block = false;
-    zstd_forget_tables(p);
-    p.huf_log = p.ll_log = p.of_log = p.ml_log = 0;
-    p.lit_kind = 0;
-    p.bits.len = 0;
-    p.bits.pos = 0;
+    zstd_start_page(p, in, in_len, out_len);
+    p.list = list;
+    p.list_at = 0;
+    p.list_len = list_len;
     z.reason = in_len == 0 ? CHECK_TRUNCATED : CHECK_OK;
-    z.action = ZSTD_DONE;
-    if (z.reason == CHECK_OK) {
-      z.reason = zstd_plan_block(z, p);
-      if (z.reason == CHECK_OK && z.action == ZSTD_DONE) z.reason = CHECK_SIZE_MISMATCH;   // no frame at all
-    }
+    z.action = ZSTD_START;
   }
   __syncwarp();
-  lap(ZSTD_T_PLAN);
   // Every step: all lanes read the plan, act on it, and lane 0 plans the
   // next one. Each plan consumes input or output, so the loop ends.
   for (;;) {
@@ -1231,81 +1430,71 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8*
       }
       return reason;
     }
-    u32 op = z.op, len = z.len;
+    u32 r = CHECK_OK;
     if (action == ZSTD_COPY_RAW) {
-      zstd_copy_down(out + op, z.src, len, lane);
+      zstd_copy_down(out + z.op, z.src, z.len, lane);
     } else if (action == ZSTD_FILL_RLE) {
-      zstd_fill(out + op, z.rle, len, lane);
+      zstd_fill(out + z.op, z.rle, z.len, lane);
     } else if (action == ZSTD_LITERALS) {
       zstd_literals(z, in, out, lane);
     } else if (action == ZSTD_SEQUENCES) {
-      u32 rounds;
-      u32 r = zstd_execute(z, out, lane, rounds);
-      if (t && lane == 0) {
-        t[ZSTD_T_SEQUENCES] += z.nseq;
-        t[ZSTD_T_BATCHES] += z.nseq > 0;   // (not the empty batch that starts a block's sequences)
-        t[ZSTD_T_WAVES] += rounds;
-        t[ZSTD_T_SERIAL] += z.serial;
-      }
-      if (r != CHECK_OK) {   // the same in every lane
-        __syncwarp();
-        if (lane == 0) z.reason = r;
-        __syncwarp();
-        continue;
-      }
-    } else if (action == ZSTD_TAIL && len) {
-      if (z.lit_kind == 1) zstd_fill(out + op, z.rle, len, lane);
-      else zstd_copy_down(out + op, (z.lit_kind == 2 ? out + z.lit_at : z.lits) + z.lit, len, lane);
+      r = zstd_run_block(z, out, lane, t);   // the same in every lane
     }
     __syncwarp();
     lap(action == ZSTD_LITERALS ? ZSTD_T_LITERALS : action == ZSTD_SEQUENCES ? ZSTD_T_EXECUTE : ZSTD_T_COPY);
-    if (action == ZSTD_SEQUENCES) {   // the sequence bitstream's next window, for lane 0's next batch
-      zstd_copy_down((u8*)z.staged.seq, z.seq_src + z.seq_lo, (u32)(z.seq_hi - z.seq_lo), lane);
-    }
-    __syncwarp();
-    lap(ZSTD_T_STAGE);
     if (lane == 0) {
-      u32 r = CHECK_OK;
-      if (action == ZSTD_LITERALS) {
-        for (u32 k = 0; k < z.streams && r == CHECK_OK; k++) r = z.stream_reason[k];
-        if (r == CHECK_OK) r = zstd_plan_sequences(z, p);
-      } else if (action == ZSTD_SEQUENCES) {
-        r = zstd_decode_sequences(z, p);
-      } else {
-        r = zstd_plan_block(z, p);
+      if (r == CHECK_OK) {
+        if (action == ZSTD_LITERALS) {
+          for (u32 k = 0; k < z.streams && r == CHECK_OK; k++) r = z.stream_reason[k];
+          if (r == CHECK_OK) r = zstd_plan_list(z, p);
+        } else {
+          if (action == ZSTD_SEQUENCES) {
+            p.op = z.block_op + z.lit_size + z.matched;
+            p.ip = p.block_end;
+          }
+          r = zstd_plan_block(z, p);   // (its one call: inlined once, the kernel needs fewer registers)
+          if (r == CHECK_OK && action == ZSTD_START && z.action == ZSTD_DONE) r = CHECK_SIZE_MISMATCH;   // no frame at all
+        }
       }
       z.reason = r;
     }
     __syncwarp();
-    lap(action == ZSTD_SEQUENCES ? ZSTD_T_DECODE : ZSTD_T_PLAN);
+    lap(ZSTD_T_PLAN);
   }
 }
 
 // One warp per page (UNZSTD_WARPS pages per block of 32 * UNZSTD_WARPS
-// threads). `args` holds nvCOMP's packed argument arrays: input addresses,
-// input sizes, output sizes and output addresses, `num_pages` each.
-// `reasons[i]` gets page i's CheckReason: 0 when its output is complete.
-// `profile` is null, or ZSTD_T_COUNT u64s that get each phase's clock
-// cycles summed over the pages (a measuring aid: GPQ_UNZSTD_PROFILE=1).
+// threads), over pages [first, last). `args` holds nvCOMP's packed argument
+// arrays: input addresses, input sizes, output sizes and output addresses,
+// `num_pages` each. Page i's list is at list[offsets[i] - offsets[first]]
+// and holds written[i] entries (gpq_unzstd_sequences). `reasons[i]` gets
+// page i's CheckReason: 0 when its output is complete. `profile` is null, or
+// ZSTD_T_COUNT u64s that get each phase's clock cycles summed over the pages
+// (a measuring aid: GPQ_UNZSTD_PROFILE=1).
 extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS, UNZSTD_MIN_BLOCKS)
-    gpq_unzstd(const u64* args, u32 num_pages, u32* reasons, u64* profile) {
+    gpq_unzstd(const u64* args, u32 num_pages, u32 first, u32 last, const u64* offsets, const u64* list, const u32* written,
+               u32* reasons, u64* profile) {
   __shared__ ZstdWarp warps[UNZSTD_WARPS];
   __shared__ ZstdPage pages[UNZSTD_WARPS];   // lane 0's
   __shared__ u64 times[UNZSTD_WARPS][ZSTD_T_COUNT + 2];
   u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  u32 i = blockIdx.x * UNZSTD_WARPS + warp;
-  if (warp >= UNZSTD_WARPS || i >= num_pages) return;   // whole warps leave together
+  u32 i = first + blockIdx.x * UNZSTD_WARPS + warp;
+  if (warp >= UNZSTD_WARPS || i >= last) return;   // whole warps leave together
   u64* t = nullptr;
   if (profile) {
     t = times[warp];
     if (lane < ZSTD_T_COUNT) t[lane] = 0;
     __syncwarp();
   }
-  const u8* in = (const u8*)args[i];
-  u64 in_len = args[num_pages + i], out_len = args[2 * (u64)num_pages + i];
-  u8* out = (u8*)args[3 * (u64)num_pages + i];
-  u32 r = in_len >= (1ull << 31) || out_len >= (1ull << 31) ? (u32)CHECK_UNSUPPORTED
-                                                            : zstd_page(warps[warp], pages[warp], in, (u32)in_len, out, (u32)out_len, lane, t);
+  const u8* in;
+  u8* out;
+  u32 in_len, out_len;
+  u32 r = CHECK_UNSUPPORTED;
+  if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) {
+    u64 room = offsets[i + 1] - offsets[i];
+    u32 n = written[i] < room ? written[i] : (u32)room;
+    r = zstd_page(warps[warp], pages[warp], in, in_len, out, out_len, list + (offsets[i] - offsets[first]), n, lane, t);
+  }
   if (lane == 0) reasons[i] = r;
   if (profile) {
     __syncwarp();
