@@ -21,7 +21,8 @@
 //! | `GPQ_NVCOMP_WORKER_DEADLINE_MS` | milliseconds the worker may take for a batch (plus 1 s per GB of output) | 250, or `GPQ_NVCOMP_DEADLINE_S` where that is set |
 //! | `GPQ_UNZSTD_PROFILE=1` | gpq's ZSTD decoder sums its warps' clock cycles per phase and logs them at `info`, with each of its kernels' time (a measuring aid) | off |
 //! | `GPQ_UNZSTD_LIST_BYTES` (bytes, `k`/`M`/`G` suffixes) | most device memory for the sequence lists of gpq's ZSTD decoder; a batch whose lists need more is decoded in rounds | 1G |
-//! | `GPQ_UNZSTD_LIST_BLOCKS` | blocks an SM for the ZSTD decoder's sequence kernel (9 threads and 46 KB of shared memory each) | 4 |
+//! | `GPQ_UNZSTD_LIST_BLOCKS` | blocks an SM for the ZSTD decoder's sequence kernel (16 threads and 45 KB of shared memory each) | 5 |
+//! | `GPQ_UNZSTD_APART=0` | the ZSTD decoder's sequence kernel decodes every page as one chain, instead of each compressed block of a page of several on a thread of its own (a measuring aid) | apart |
 //! | `GPQ_EMULATE=1` | route every device to the CPU emulator (builds with the `emulator` feature) | off |
 //! | `GPQ_EMU_ORDER` (`forward`, `reverse`, `alternating`; another value is reported on stderr) | the order the CPU emulator runs a block's threads in between barriers (read by the emulator itself, `src/gpu/emu/emu.cpp`) | alternating: index order in one block, reverse in the next, so a kernel that depends on an order CUDA does not promise fails a test |
 //! | `GPQ_CUDA_WAIT` | how threads wait for the GPU in the contexts gpq uses: `auto` (the driver's heuristic: spin while the process has fewer contexts than cores), `spin`, `yield` or `blocking` (sleep until the driver wakes them); set on the device's primary context whenever gpq takes it, also where another library made it first | unset: the primary context's flags are left as they are (the driver's `auto` unless the application chose) |
@@ -248,10 +249,16 @@ pub(crate) fn unzstd_list_bytes() -> u64 {
 }
 
 /// `GPQ_UNZSTD_LIST_BLOCKS`: blocks an SM for the ZSTD decoder's sequence
-/// kernel (default 4, as many as an H100's shared memory holds at once; at
+/// kernel (default 5, as many as an H100's shared memory holds at once; at
 /// most 32; an invalid value is the default).
 pub(crate) fn unzstd_list_blocks() -> u32 {
-    var("GPQ_UNZSTD_LIST_BLOCKS").and_then(|v| v.trim().parse::<u32>().ok()).filter(|b| (1..=32).contains(b)).unwrap_or(4)
+    var("GPQ_UNZSTD_LIST_BLOCKS").and_then(|v| v.trim().parse::<u32>().ok()).filter(|b| (1..=32).contains(b)).unwrap_or(5)
+}
+
+/// Whether gpq's ZSTD decoder decodes the blocks of a page of several apart
+/// (`GPQ_UNZSTD_APART=0` keeps every page whole, for comparison).
+pub(crate) fn unzstd_apart() -> bool {
+    !matches!(flag("GPQ_UNZSTD_APART"), Ok(Some(false)))
 }
 
 /// Whether `GPQ_UNZSTD_PROFILE=1` asks gpq's ZSTD decoder for its phase times.

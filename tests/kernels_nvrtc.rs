@@ -178,11 +178,11 @@ fn zstd_decoder_keeps_fourteen_blocks_an_sm_on_sm_90() {
     // value in the execution rounds); more is a change to look at.
     assert!(r.frame_bytes <= 32, "the decoder spills {} bytes to local memory", r.frame_bytes);
     // The sequence kernel keeps its threads' tables in shared memory: under
-    // the 48 KB a block has without opting in, and four blocks an SM (the
+    // the 48 KB a block has without opting in, and five blocks an SM (the
     // default of GPQ_UNZSTD_LIST_BLOCKS), without local memory.
     let lists = kernel_resources(&image.bytes().unwrap(), "gpq_unzstd_sequences");
     eprintln!("gpq_unzstd_sequences on sm_90: {lists:?}");
-    assert!(lists.shared_bytes <= 48 * 1024 + 1024 && (228 * 1024) / lists.shared_bytes >= 4, "{lists:?}");
+    assert!(lists.shared_bytes <= 48 * 1024 + 1024 && (228 * 1024) / lists.shared_bytes >= 5, "{lists:?}");
     assert_eq!(lists.frame_bytes, 0, "{lists:?}");
     // The parser itself, on a kernel with a frame: the aggregation kernel
     // keeps arrays in local memory.

@@ -738,12 +738,31 @@ const UNZSTD_PHASES: [&str; 10] = ["plan", "literals", "execute", "copy", "page"
 /// not fit the memory the lists may have (the warp kernel never ran on it).
 const UNZSTD_NOT_RUN: u32 = u32::MAX;
 
-/// Bytes of one sequence-kernel thread's table builder scratch
-/// (`ZSTD_LIST_SCRATCH_BYTES` in `unzstd.cu`).
-const ZSTD_LIST_SCRATCH_BYTES: u64 = 1024;
-
 /// Threads a block of the sequence kernel (`UNZSTD_LIST_THREADS` in `unzstd.cu`).
-const ZSTD_LIST_THREADS: u32 = 9;
+const ZSTD_LIST_THREADS: u32 = 16;
+
+/// A sequence-kernel work item's block for a whole page (`ZSTD_ITEM_PAGE`
+/// in `unzstd.cu`); an item is `page | block << 32`.
+const ZSTD_ITEM_PAGE: u64 = 0xffff_ffff;
+
+/// A round's work items for the sequence kernel: a page's compressed
+/// blocks each on its own where the counting kernel says they are decoded
+/// apart (`blocks[i]` of them), else the whole page; longest first by the
+/// list entries they may write, so that the kernel's longest chains start
+/// first.
+fn unzstd_items(first: u32, last: u32, sizes: &[u32], blocks: &[u32]) -> Vec<u64> {
+    let mut items: Vec<(u32, u64)> = Vec::new();
+    for i in first..last {
+        let (size, nb) = (sizes[i as usize], blocks[i as usize]);
+        if nb >= 2 {
+            items.extend((0..nb as u64).map(|b| (size / nb, i as u64 | b << 32)));
+        } else {
+            items.push((size, i as u64 | ZSTD_ITEM_PAGE << 32));
+        }
+    }
+    items.sort_by_key(|&(size, _)| std::cmp::Reverse(size));
+    items.into_iter().map(|(_, item)| item).collect()
+}
 
 /// Logs the decoder's profile: per phase, clock cycles per page (counts as they are).
 fn log_unzstd_profile(d: &DeviceBuffer) -> Result<()> {
@@ -806,16 +825,17 @@ fn run_unzstd(
     let timed = profile != 0;
     let started = Instant::now();
     verdicts.fill(stream, 0xff)?;
-    let counts = DeviceBuffer::alloc(stream, 4 * n as u64, "ZSTD sequence list sizes")?;
+    let counts = DeviceBuffer::alloc(stream, 8 * n as u64, "ZSTD sequence list sizes")?;
     let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(counts.ptr());
     // SAFETY: arguments match gpq_unzstd_count: `args` holds 4n u64s
-    // addressing live buffers, `counts` n u32s. A thread a page, 64 a block.
+    // addressing live buffers, `counts` 2n u32s. A thread a page, 64 a block.
     unsafe { kernels.launch(Kernel::UnzstdCount, count.div_ceil(64), 64, 0, stream, &mut a)? };
-    let sizes: Vec<u32> = from_bytes(&counts.to_host()?);
+    let counted_pages: Vec<u32> = from_bytes(&counts.to_host()?);
+    let (sizes, blocks) = counted_pages.split_at(n);
     let counted = started.elapsed();
     let mut offsets = Vec::with_capacity(n + 1);
     offsets.push(0u64);
-    for &s in &sizes {
+    for &s in sizes {
         offsets.push(offsets.last().unwrap() + s as u64);
     }
     let total = offsets[n];
@@ -841,28 +861,25 @@ fn run_unzstd(
         return Ok(());
     };
     let rounds = unzstd_rounds(&offsets, limit);
-    let widest = rounds.iter().map(|&(f, l)| l - f).max().unwrap_or(0);
+    // Each round's work items, one after another.
+    let mut items: Vec<u64> = Vec::new();
+    let mut item_ranges = Vec::with_capacity(rounds.len());
+    let whole = vec![0u32; if crate::env::unzstd_apart() { 0 } else { n }];
+    let blocks = if whole.is_empty() { blocks } else { &whole[..] };
+    for &(first, last) in &rounds {
+        let from = items.len() as u32;
+        items.extend(unzstd_items(first, last, sizes, blocks));
+        item_ranges.push((from, items.len() as u32));
+    }
+    let widest = item_ranges.iter().map(|&(f, l)| l - f).max().unwrap_or(0);
     let sm_blocks = (stream.context().sm_count.max(1) as u32).saturating_mul(crate::env::unzstd_list_blocks());
     let list_grid = widest.div_ceil(ZSTD_LIST_THREADS).min(sm_blocks).max(1);
-    let scratch = match DeviceBuffer::alloc(stream, ZSTD_LIST_SCRATCH_BYTES * (ZSTD_LIST_THREADS * list_grid) as u64, "ZSTD table scratch") {
-        Ok(t) => t,
-        Err(e @ (Error::OverBudget { .. } | Error::OutOfDeviceMemory { .. })) => {
-            warn!(error = %e, "no device memory for gpq's ZSTD decoder's tables; its pages go to the CPU");
-            keep.push(counts);
-            keep.push(list);
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
-    // Each round's pages, longest list first (the sequence kernel's order).
-    let mut order: Vec<u32> = (0..count).collect();
-    for &(first, last) in &rounds {
-        order[first as usize..last as usize].sort_by_key(|&i| std::cmp::Reverse(sizes[i as usize]));
-    }
-    let d_order = upload(stream, as_bytes(&order), "ZSTD page order", hold)?;
+    let d_items = upload(stream, as_bytes(&items), "ZSTD sequence work items", hold)?;
     let d_offsets = upload(stream, as_bytes(&offsets), "ZSTD sequence list offsets", hold)?;
-    let next_page = DeviceBuffer::alloc(stream, 4 * rounds.len() as u64, "ZSTD page counters")?;
-    next_page.fill(stream, 0)?;
+    let written = DeviceBuffer::alloc(stream, 8 * n as u64, "ZSTD sequence lists written")?;
+    written.fill(stream, 0)?;
+    let next_item = DeviceBuffer::alloc(stream, 4 * rounds.len() as u64, "ZSTD work item counters")?;
+    next_item.fill(stream, 0)?;
     let list_profile = if timed {
         let d = DeviceBuffer::alloc(stream, 16, "ZSTD sequence kernel profile")?;
         d.fill(stream, 0)?;
@@ -871,27 +888,27 @@ fn run_unzstd(
         None
     };
     let (mut lists_time, mut warp_time) = (Duration::ZERO, Duration::ZERO);
-    for (r, &(first, last)) in rounds.iter().enumerate() {
+    for (r, (&(first, last), &(item_first, item_last))) in rounds.iter().zip(&item_ranges).enumerate() {
         let t = Instant::now();
-        let grid = (last - first).div_ceil(ZSTD_LIST_THREADS).min(list_grid);
+        let grid = (item_last - item_first).div_ceil(ZSTD_LIST_THREADS).min(list_grid);
         let mut a = KernelArgs::new()
             .arg(args.ptr())
             .arg(count)
-            .arg(d_order.ptr())
+            .arg(d_items.ptr())
+            .arg(item_first)
+            .arg(item_last)
             .arg(first)
             .arg(last)
             .arg(d_offsets.ptr())
             .arg(list.ptr())
-            .arg(scratch.ptr())
-            .arg(counts.ptr())
-            .arg(next_page.ptr() + 4 * r as u64)
+            .arg(written.ptr())
+            .arg(next_item.ptr() + 4 * r as u64)
             .arg(list_profile.as_ref().map_or(0, |d| d.ptr()));
         // SAFETY: arguments match gpq_unzstd_sequences: pages [first, last)
-        // of `args` (4n u64s), `order` n u32s (a permutation of each round),
-        // `offsets` n + 1 u64s whose round spans at most `limit` entries of
-        // `list`, `scratch` ZSTD_LIST_SCRATCH_BYTES for each of the grid's
-        // threads (grid <= list_grid blocks of ZSTD_LIST_THREADS), `counts`
-        // n u32s, the round's counter zeroed, `profile` null or 2 u64s.
+        // of `args` (4n u64s), items [item_first, item_last) of `items`
+        // (each naming a page of the round), `offsets` n + 1 u64s whose
+        // round spans at most `limit` entries of `list`, `written` n u64s
+        // zeroed, the round's counter zeroed, `profile` null or 2 u64s.
         unsafe { kernels.launch(Kernel::UnzstdSequences, grid, ZSTD_LIST_THREADS, 0, stream, &mut a)? };
         if timed {
             stream.synchronize()?;
@@ -905,7 +922,7 @@ fn run_unzstd(
             .arg(last)
             .arg(d_offsets.ptr())
             .arg(list.ptr())
-            .arg(counts.ptr())
+            .arg(written.ptr())
             .arg(verdicts.ptr())
             .arg(profile);
         // SAFETY: arguments match gpq_unzstd: pages [first, last) as above, with `verdicts` n
@@ -922,18 +939,19 @@ fn run_unzstd(
         info!(
             pages = n,
             rounds = rounds.len(),
+            items = items.len(),
             list_entries = total,
             longest_list = largest,
             list_bytes = 8 * limit,
             count_ms = counted.as_secs_f64() * 1e3,
             lists_ms = lists_time.as_secs_f64() * 1e3,
             warp_ms = warp_time.as_secs_f64() * 1e3,
-            sequence_kernel_cycles_a_page = v[0] / n as u64,
-            sequence_kernel_longest_page_cycles = v[1],
+            sequence_kernel_cycles_an_item = v[0] / items.len().max(1) as u64,
+            sequence_kernel_longest_item_cycles = v[1],
             "gpq's ZSTD decoder: kernel times"
         );
     }
-    keep.extend([counts, list, scratch, d_order, d_offsets, next_page]);
+    keep.extend([counts, list, d_items, d_offsets, written, next_item]);
     keep.extend(list_profile);
     Ok(())
 }

@@ -13,17 +13,22 @@
 //
 // Three kernels run over a batch of pages, in stream order:
 // - gpq_unzstd_count, a thread per page, walks the page's frame and block
-//   headers and counts the entries its sequence list needs: one a
+//   headers and counts the entries its sequence list needs: heads for each
 //   compressed block, and one a sequence, at most a third of the block's
 //   largest size and one more. The host sizes the lists from the counts and
 //   splits a batch whose lists would not fit into rounds.
-// - gpq_unzstd_sequences, a thread per page, builds the page's FSE tables
-//   (in shared memory, a set per thread) and decodes its sequences into the
-//   list: (literal length, match length, offset), the repeat offsets
-//   resolved. Decoding a block's sequences is one chain of dependent steps;
-//   with a thread per page, thousands of such chains run side by side, where
-//   a warp per page would issue every step for one lane. Threads take the
-//   pages longest first, so that the kernel ends soon after its longest
+// - gpq_unzstd_sequences, a thread per work item, builds the item's FSE
+//   tables (in shared memory, a set per thread, 16-bit entries) and decodes
+//   its sequences into the list: (literal length, match length, offset).
+//   Decoding a block's sequences is one chain of dependent steps; with a
+//   thread per item, thousands of such chains run side by side, where a
+//   warp per page would issue every step for one lane. An item is a whole
+//   page, or one compressed block of a page of several (blocks decoded
+//   apart): the kernel's time is its longest chain, and a page of many
+//   blocks would otherwise be one long chain. A block decoded apart walks
+//   the blocks before it for the tables it repeats and leaves the repeat
+//   offsets it inherits symbolic, for the warp to resolve. Threads take the
+//   items longest first, so that the kernel ends soon after its longest
 //   chain.
 // - gpq_unzstd, a warp per page, decodes the literals (up to four lanes
 //   decode the Huffman streams side by side, from windows the warp stages
@@ -62,7 +67,7 @@
 #endif
 #endif
 #define UNZSTD_COUNT_THREADS 64        // threads a block of the counting kernel
-#define UNZSTD_LIST_THREADS 9          // threads a block of the sequence kernel (its tables fill the block's shared memory)
+#define UNZSTD_LIST_THREADS 16         // threads a block of the sequence kernel (their tables fill the block's shared memory)
 #define ZSTD_BLOCK_LIMIT (128u << 10)  // largest block content
 #define ZSTD_WINDOW_LIMIT (1u << 27)   // largest window accepted (the reference library's default limit)
 #define ZSTD_SEQ_BATCH 32              // sequences the warp checks and executes at once
@@ -133,6 +138,7 @@ struct ZstdWarp {
   // decoder's reason), and what every one is checked against.
   const u64* seq_list;
   u32 nseq, seq_reason;
+  u32 rep_start[3];      // the repeat offsets before the block (a page decoded apart: its symbolic offsets' bases)
   u32 block_op, lit_size, room, frame_start, window;
   u32 seq_done, lit_used, matched;   // the block's sequences executed, their literals and match bytes
   u32 streams;           // Huffman streams of the literals (0: none)
@@ -301,27 +307,34 @@ GPQ_DEVICE u32 zstd_read_ncount(const u8* p, u32 avail, i16* norm, u32 max_symbo
 // (sequence codes, RFC 8878, 3.1.1.3.2.1.1) differ.
 enum ZstdFseKind : u32 { ZSTD_FSE_WEIGHTS = 0, ZSTD_FSE_LL = 1, ZSTD_FSE_ML = 2, ZSTD_FSE_OF = 3 };
 
-// An FSE table entry: the symbol, the bits of the next state, the extra
-// bits the symbol's value takes, and the next state's base. The sequence
-// decoder's chain of dependent steps runs through the bit counts, so they
-// are in the entry rather than behind a second lookup.
-GPQ_DEVICE u32 zstd_fse_entry(u32 kind, u32 symbol, u32 bits, u32 base) {
-  u32 extra = kind == ZSTD_FSE_LL ? ZSTD_LL_BITS[symbol] : kind == ZSTD_FSE_ML ? ZSTD_ML_BITS[symbol] : kind == ZSTD_FSE_OF ? symbol : 0;
-  return symbol | (bits << 8) | (extra << 12) | (base << 17);
-}
+// An FSE table entry of the Huffman weights' table: the symbol, the bits
+// of the next state and the next state's base.
 GPQ_DEVICE u32 zstd_fse_symbol(u32 e) { return e & 0xff; }
 GPQ_DEVICE u32 zstd_fse_bits(u32 e) { return (e >> 8) & 15; }
-GPQ_DEVICE u32 zstd_fse_extra(u32 e) { return (e >> 12) & 31; }
 GPQ_DEVICE u32 zstd_fse_base(u32 e) { return e >> 17; }
+GPQ_DEVICE void zstd_fse_put(u32* table, u32 u, u32 symbol, u32 state, u32 log) {
+  u32 bits = log - zstd_highbit(state);
+  table[u] = symbol | (bits << 8) | (((state << bits) - (1u << log)) << 17);
+}
+// An entry of a sequence code's table: the symbol (below 64) and the state
+// it was given while the table was built (1 to 2^(log+1) - 1). The next
+// state's bits and base follow from the state and the table's accuracy, so
+// an entry takes 16 bits and a thread's three tables 2.5 KB: twice as many
+// threads' tables fit an SM's shared memory as with 32-bit entries.
+GPQ_DEVICE void zstd_fse_put(u16* table, u32 u, u32 symbol, u32 state, u32) { table[u] = (u16)(symbol | (state << 6)); }
+GPQ_DEVICE u32 zstd_seq_symbol(u32 e) { return e & 63; }
+GPQ_DEVICE u32 zstd_state_bits(u32 e, u32 log) { return log - zstd_highbit(e >> 6); }
+GPQ_DEVICE u32 zstd_state_base(u32 e, u32 bits, u32 log) { return ((e >> 6) << bits) - (1u << log); }
 
 // Builds an FSE decoding table of 2^log entries (log <= 9) from
-// normalized counts of symbols up to max_sv (within `kind`'s codes).
-GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, u16* next, u32 kind) {
+// normalized counts of symbols up to max_sv.
+template <typename Entry>
+GPQ_DEVICE u32 zstd_build_fse(Entry* table, const i16* norm, u32 max_sv, u32 log, u16* next) {
   u32 size = 1u << log, high = size - 1;
   for (u32 s = 0; s <= max_sv; s++) {
     if (norm[s] == -1) {
       if (high == 0) return CHECK_BAD_HEADER;
-      table[high--] = s;
+      table[high--] = (Entry)s;
       next[s] = 1;
     } else {
       next[s] = (u16)norm[s];
@@ -330,7 +343,7 @@ GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, 
   u32 step = (size >> 1) + (size >> 3) + 3, mask = size - 1, pos = 0;
   for (u32 s = 0; s <= max_sv; s++) {
     for (i32 k = 0; k < norm[s]; k++) {
-      table[pos] = s;
+      table[pos] = (Entry)s;
       u32 guard = 0;
       do {
         pos = (pos + step) & mask;
@@ -342,18 +355,23 @@ GPQ_DEVICE u32 zstd_build_fse(u32* table, const i16* norm, u32 max_sv, u32 log, 
     u32 s = table[u] & 0xff;
     u32 state = next[s]++;
     if (state == 0) return CHECK_BAD_HEADER;
-    u32 bits = log - zstd_highbit(state);
-    u32 base = (state << bits) - size;
-    table[u] = zstd_fse_entry(kind, s, bits, base);
+    zstd_fse_put(table, u, s, state, log);
   }
   return CHECK_OK;
 }
+
+// Sequence codes' extra bits and baselines in one word (base | bits << 24),
+// one table for literal lengths and one for match lengths; offsets' extra
+// bits are their code.
+GPQ_DEVICE u32 zstd_code_info(u32 base, u32 bits) { return base | (bits << 24); }
+GPQ_DEVICE u32 zstd_info_base(u32 v) { return v & 0xffffff; }
+GPQ_DEVICE u32 zstd_info_bits(u32 v) { return v >> 24; }
 
 // Builds the FSE table of one kind of sequence code (literal lengths,
 // offsets or match lengths) for `mode` 0 to 2, from p[0, avail), with
 // `norm` and `next` to work in; `used` is set to the bytes its description
 // takes.
-GPQ_DEVICE u32 zstd_seq_table(u32* table, i16* norm, u16* next, u32 kind, u32 mode, const u8* p, u32 avail, u32& log, u32& used) {
+GPQ_DEVICE u32 zstd_seq_table(u16* table, i16* norm, u16* next, u32 kind, u32 mode, const u8* p, u32 avail, u32& log, u32& used) {
   used = 0;
   u32 max_symbol = kind == ZSTD_FSE_LL ? 35 : kind == ZSTD_FSE_ML ? 52 : 31;
   if (mode == 0) {   // predefined
@@ -361,13 +379,13 @@ GPQ_DEVICE u32 zstd_seq_table(u32* table, i16* norm, u16* next, u32 kind, u32 mo
     u32 count = kind == ZSTD_FSE_LL ? 36 : kind == ZSTD_FSE_ML ? 53 : 29;
     for (u32 s = 0; s < count; s++) norm[s] = defaults[s];
     log = kind == ZSTD_FSE_OF ? 5 : 6;
-    return zstd_build_fse(table, norm, count - 1, log, next, kind);
+    return zstd_build_fse(table, norm, count - 1, log, next);
   }
   if (mode == 1) {   // RLE: one symbol, no bits
     if (avail < 1) return CHECK_TRUNCATED;
     if (p[0] > max_symbol) return CHECK_BAD_HEADER;
-    table[0] = zstd_fse_entry(kind, p[0], 0, 0);
     log = 0;
+    zstd_fse_put(table, 0, p[0], 1, 0);
     used = 1;
     return CHECK_OK;
   }
@@ -375,7 +393,7 @@ GPQ_DEVICE u32 zstd_seq_table(u32* table, i16* norm, u16* next, u32 kind, u32 mo
   u32 max_sv = 0;
   u32 r = zstd_read_ncount(p, avail, norm, max_symbol, kind == ZSTD_FSE_OF ? 8 : 9, max_sv, log, used);
   if (r) return r;
-  return zstd_build_fse(table, norm, max_sv, log, next, kind);
+  return zstd_build_fse(table, norm, max_sv, log, next);
 }
 
 // Reads a Huffman tree description (RFC 8878, 4.2.1) from p[0, avail) and
@@ -389,7 +407,7 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
     u32 max_sv = 0, wlog = 0, nc = 0;
     u32 r = zstd_read_ncount(p + 1, size, z.build.norm, 255, 6, max_sv, wlog, nc);
     if (r) return r;
-    r = zstd_build_fse(z.build.weight_table, z.build.norm, max_sv, wlog, z.build.next, ZSTD_FSE_WEIGHTS);
+    r = zstd_build_fse(z.build.weight_table, z.build.norm, max_sv, wlog, z.build.next);
     if (r) return r;
     ZstdBits b;
     if (nc >= size || !b.init(p + 1 + nc, size - nc)) return CHECK_BAD_HEADER;
@@ -467,9 +485,11 @@ GPQ_DEVICE u32 zstd_huffman_table(ZstdWarp& z, const u8* p, u32 avail, u32& log,
 
 // How the sequence table of one kind in use was described: its mode (0
 // predefined, 1 RLE, 2 FSE-compressed; ZSTD_NO_TABLE: none yet in this
-// frame).
+// frame), and where the description lies: in[at, at + avail), the rest of
+// its block (kept for a block decoded apart, which builds the table an
+// earlier block described; see zstd_list_apart).
 struct ZstdTableDesc {
-  u32 mode;
+  u32 mode, at, avail;
 };
 #define ZSTD_NO_TABLE 4u
 
@@ -493,10 +513,15 @@ struct ZstdPage {
   u32 ll_log, of_log, ml_log;
   u32 rep0, rep1, rep2;
   // The warp kernel's: the Huffman tree description in use (huf_avail 0:
-  // none yet), and the page's sequence list, read from `list_at` on.
+  // none yet), and the page's sequence list, read from `list_at` on. For a
+  // page whose blocks were decoded apart (ZSTD_LIST_APART in `written`),
+  // `written` says which blocks' lists are complete and `block_k` counts
+  // the compressed blocks so far; the warp keeps the repeat offsets.
   u32 huf_at, huf_avail, huf_log;
   const u64* list;
   u32 list_at, list_len;
+  u64 written;
+  u32 block_k;
 };
 
 // A new frame starts without tables to repeat.
@@ -682,12 +707,56 @@ GPQ_DEVICE void zstd_start_page(ZstdPage& p, const u8* in, u32 in_len, u32 out_l
   p.huf_log = p.ll_log = p.of_log = p.ml_log = 0;
 }
 
-// The entries of a block's list at most: its first, then a sequence each.
-// The list kernel stops after the first sequence whose matches overrun the
-// block (every match is 3 bytes or more).
-GPQ_DEVICE u32 zstd_list_cap(const ZstdPage& p, u32 nseq) {
+// The entries of a block's list at most: its heads (ZSTD_LIST_HEADS where
+// the blocks of the page are decoded apart, else one), then a sequence
+// each. The list kernel stops after the first sequence whose matches
+// overrun the block (every match is 3 bytes or more).
+#define ZSTD_LIST_HEADS 3u
+GPQ_DEVICE u32 zstd_list_cap(const ZstdPage& p, u32 nseq, u32 heads) {
   u32 most = p.block_max / 3 + 1;
-  return 1 + (nseq < most ? nseq : most);
+  return heads + (nseq < most ? nseq : most);
+}
+
+// A page decoded block by block: `written` has this bit and a bit for each
+// compressed block whose list is complete (at most ZSTD_APART_MAX blocks).
+#define ZSTD_LIST_APART (1ull << 63)
+#define ZSTD_APART_MAX 63u
+// A work item of the list kernel: page | block << 32, the block being
+// the page's k-th compressed block, or ZSTD_ITEM_PAGE for the whole page.
+#define ZSTD_ITEM_PAGE 0xffffffffu
+// A list entry whose offset repeats one from before its block (blocks
+// decoded apart): its literal length has this bit (no length reaches it),
+// and its offset is j | d << 2, the block's first repeat offset j less d.
+#define ZSTD_LIST_SYMBOLIC (1u << 17)
+
+// The next block of a walk that decodes nothing (the counting kernel and
+// the blocks decoded apart walk a page this way, so they agree on where
+// each block's list is). Returns what zstd_next_block does; `type` is 2
+// only for a compressed block whose literals header passed, and then `at`
+// is where its sequences section starts, after their count `nseq` (when
+// the count is there: not on failure). Raw and RLE blocks are passed over;
+// a compressed block leaves p.ip at its start.
+GPQ_DEVICE u32 zstd_walk_block(ZstdPage& p, u32& type, u32& nseq, u32& at) {
+  u32 size = 0;
+  nseq = 0;
+  u32 r = zstd_next_block(p, false, type, size);
+  if (r || type == ZSTD_END) {
+    type = ZSTD_END;
+    return r;
+  }
+  if (type < 2) {
+    p.ip += type == 0 ? size : 1;
+    p.op += size;
+    return CHECK_OK;
+  }
+  ZstdLiterals l;
+  r = zstd_literals_header(p.in + p.ip, size, p.block_max, l);
+  if (r) {
+    type = ZSTD_END;
+    return r;
+  }
+  at = p.ip + l.section;
+  return zstd_sequence_count(p.in, at, p.block_end, nseq);
 }
 
 // Page i's arguments from nvCOMP's packed arrays (inputs, input sizes,
@@ -703,12 +772,16 @@ GPQ_DEVICE bool zstd_page_args(const u64* args, u32 num_pages, u32 i, const u8*&
 }
 
 // A thread per page: counts[i] gets the entries page i's sequence list
-// needs at most (0 for a page the warp refuses before any list). Besides
-// each block's cap (zstd_list_cap), the page's output bounds the whole:
-// every block the list kernel finishes fits the output left (it stops at
-// the first sequence that does not), and each sequence matches 3 bytes or
-// more, so those blocks hold at most out_len / 3 sequences, and the block it
-// stops in as many and one more.
+// needs at most (0 for a page the warp refuses before any list), and
+// counts[num_pages + i] the number of its compressed blocks when they are
+// to be decoded apart (else 0). Besides each block's cap (zstd_list_cap),
+// the page's output bounds the whole: every block the list kernel finishes
+// fits the output left (it stops at the first sequence that does not), and
+// each sequence matches 3 bytes or more, so those blocks hold at most
+// out_len / 3 sequences, and the block it stops in as many and one more.
+// A page of 2 to ZSTD_APART_MAX compressed blocks whose caps fit that bound
+// (every valid page's do) has its blocks decoded apart, each list at a
+// fixed place: the caps with their heads, in block order.
 extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_count(const u64* args, u32 num_pages, u32* counts) {
   u32 i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= num_pages) return;
@@ -716,6 +789,7 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_co
   u8* out;
   u32 in_len, out_len;
   u64 entries = 0, blocks = 0;
+  u32 apart = 0;
   if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out) && in_len > 0) {
     ZstdPage p;
     // The output position is not known here (matches are not decoded): the
@@ -724,87 +798,140 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_co
     zstd_start_page(p, in, in_len, 0xFFFFFFFFu);
     // Each pass consumes 3 bytes of input or more, so the loop ends.
     for (;;) {
-      u32 type = 0, size = 0;
-      if (zstd_next_block(p, false, type, size) != CHECK_OK || type == ZSTD_END) break;
-      if (type < 2) {
-        p.ip += type == 0 ? size : 1;
-        p.op += size;
-        continue;
+      u32 type = ZSTD_END, nseq = 0, at = 0;
+      u32 r = zstd_walk_block(p, type, nseq, at);
+      if (type == 2) {
+        entries += zstd_list_cap(p, r == CHECK_OK ? nseq : 0, 1);
+        blocks++;
       }
-      ZstdLiterals l;
-      if (zstd_literals_header(p.in + p.ip, size, p.block_max, l) != CHECK_OK) break;
-      u32 at = p.ip + l.section, nseq = 0;
-      u32 r = zstd_sequence_count(p.in, at, p.block_end, nseq);
-      entries += zstd_list_cap(p, r == CHECK_OK ? nseq : 0);
-      blocks++;
-      if (r) break;
-      p.ip = p.block_end;
+      if (r || type == ZSTD_END) break;
+      if (type == 2) p.ip = p.block_end;
     }
     u64 most = 2 * (u64)(out_len / 3) + 1 + blocks;
-    if (entries > most) entries = most;
+    if (blocks >= 2 && blocks <= ZSTD_APART_MAX && entries <= most) {
+      apart = (u32)blocks;
+      entries += (ZSTD_LIST_HEADS - 1) * blocks;
+    } else if (entries > most) {
+      entries = most;
+    }
   }
   counts[i] = (u32)entries;   // below 2^32: out_len < 2^31, and a block takes 5 input bytes or more
+  counts[num_pages + i] = apart;
 }
 
-// One list kernel thread's sequence tables, in shared memory (each step of
-// a block's chain of dependent steps waits on three lookups), and its table
-// builder's scratch, in global memory (used once a table).
-#define ZSTD_LIST_TABLE_WORDS 1281   // 512 + 512 + 256 entries, and one so that the threads' tables start in different banks
-#define ZSTD_LIST_SCRATCH_BYTES 1024 // a thread's builder scratch (norm, next)
+// One list kernel thread's sequence tables and its table builder's
+// scratch (norm, next), in shared memory: each step of a block's chain of
+// dependent steps waits on three lookups.
+#define ZSTD_LIST_TABLE_WORDS 697   // 512 + 512 + 256 u16 entries (640 words), 56 + 56 u16 of scratch, and one word so that the threads' tables start in different banks
 struct ZstdSeqTables {
-  u32 *ll, *ml, *of;
+  u16 *ll, *ml, *of;
   i16* norm;
   u16* next;
 };
 
-// The list kernel: the sequence table of one kind (its description state
-// `d`, its accuracy `log`, its entries `table`) for `mode` (3: the one the
-// previous block of the frame used), described at p.in[at, at + avail).
-// Each call names its kind's fields: chosen here by the kind, they would
-// make the page state addressable, which puts it in local memory.
-GPQ_DEVICE u32 zstd_list_table(ZstdSeqTables& tb, const ZstdPage& p, ZstdTableDesc& d, u32& log, u32* table, u32 kind, u32 mode, u32 at,
+// The list kernel: the sequence table of one kind (its description `d`,
+// its accuracy `log`, its entries `table`) for `mode` (3: the one an
+// earlier block of the frame described), described at p.in[at, at +
+// avail). A block decoded apart (APART) builds a repeated table from the
+// earlier block's description; otherwise it is in `table` already. Each
+// call names its kind's fields: chosen here by the kind, they would make
+// the page state addressable, which puts it in local memory.
+template <bool APART>
+GPQ_DEVICE u32 zstd_list_table(ZstdSeqTables& tb, const ZstdPage& p, ZstdTableDesc& d, u32& log, u16* table, u32 kind, u32 mode, u32 at,
                                u32 avail, u32& used) {
   used = 0;
-  if (mode == 3) return d.mode == ZSTD_NO_TABLE ? (u32)CHECK_BAD_HEADER : (u32)CHECK_OK;
+  if (mode == 3) {
+    if (d.mode == ZSTD_NO_TABLE) return CHECK_BAD_HEADER;
+    if (!APART) return CHECK_OK;
+    u32 again = 0;
+    return zstd_seq_table(table, tb.norm, tb.next, kind, d.mode, p.in + d.at, d.avail, log, again);
+  }
   d.mode = mode;
+  d.at = at;
+  d.avail = avail;
   return zstd_seq_table(table, tb.norm, tb.next, kind, mode, p.in + at, avail, log, used);
 }
 
-// The list kernel: decodes the sequences section at p.in[at, p.block_end)
-// of a block with `lit_size` literals whose output may take `room` bytes,
-// into list[0, limit). `count` gets the sequences written and `matched`
-// their match bytes. A failure's reason comes after the sequences before
-// it; where the sequences take more literals than the block has or more
-// output than `room`, the warp refuses the one that goes over before it
-// gets to the reason. The stream must be used up exactly.
-GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, ZstdPage& p, u32 at, u32 room, u32 lit_size,
-                               u64* list, u32 limit, u32& count, u32& matched) {
+// A walk before a block decoded apart: notes where the sequence tables of
+// an earlier block (its sequences section at p.in[at, p.block_end), after
+// the count `nseq`) are described, for a later block that repeats them.
+// False where the block's descriptions cannot be read: the page fails
+// there, so no later block is decoded.
+GPQ_DEVICE bool zstd_note_tables(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 nseq) {
+  if (nseq == 0) return true;
+  u32 end = p.block_end;
+  if (at >= end) return false;
+  u32 modes = p.in[at++];
+  if (modes & 3) return false;
+  ZstdTableDesc* descs[3] = {&p.ll_desc, &p.of_desc, &p.ml_desc};
+  for (u32 k = 0; k < 3; k++) {
+    u32 mode = (modes >> (6 - 2 * k)) & 3, kind = k == 0 ? ZSTD_FSE_LL : k == 1 ? ZSTD_FSE_OF : ZSTD_FSE_ML;
+    ZstdTableDesc& d = *descs[k];
+    if (mode == 3) {
+      if (d.mode == ZSTD_NO_TABLE) return false;
+      continue;
+    }
+    d.mode = mode;
+    d.at = at;
+    d.avail = end - at;
+    if (mode == 1) {
+      if (at >= end) return false;
+      at++;
+    } else if (mode == 2) {
+      u32 max_sv = 0, log = 0, used = 0;
+      u32 max_symbol = kind == ZSTD_FSE_LL ? 35 : kind == ZSTD_FSE_ML ? 52 : 31;
+      if (zstd_read_ncount(p.in + at, end - at, tb.norm, max_symbol, kind == ZSTD_FSE_OF ? 8 : 9, max_sv, log, used)) return false;
+      at += used;
+    }
+  }
+  return true;
+}
+
+// The list kernel: decodes the `nseq` sequences of the sequences section at
+// p.in[at, p.block_end) (after their count) of a block with `lit_size`
+// literals whose output may take `room` bytes, into list[0, limit). `count`
+// gets the sequences written and `matched` their match bytes. A failure's
+// reason comes after the sequences before it; where the sequences take more
+// literals than the block has or more output than `room`, the warp refuses
+// the one that goes over before it gets to the reason. The stream must be
+// used up exactly. With SYMBOLIC (a block decoded apart), the repeat
+// offsets start as the block's own first three, unknown here: an offset
+// that repeats one of them (tags: which of p.rep0..2 do) is written as
+// ZSTD_LIST_SYMBOLIC, and p.rep0..2 and `tags` end as the block leaves them.
+template <bool SYMBOLIC>
+GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, ZstdPage& p, u32 at, u32 nseq, u32 room,
+                               u32 lit_size, u64* list, u32 limit, u32& count, u32& matched, u32& tags) {
   const u8* in = p.in;
-  u32 end = p.block_end, nseq = 0;
+  u32 end = p.block_end;
   count = matched = 0;
-  u32 r = zstd_sequence_count(in, at, end, nseq);
-  if (r) return r;
+  tags = SYMBOLIC ? 7 : 0;
+  if (SYMBOLIC) {
+    p.rep0 = 0;
+    p.rep1 = 1;
+    p.rep2 = 2;
+  }
   if (nseq == 0) return at != end ? (u32)CHECK_BAD_HEADER : (u32)CHECK_OK;
   if (at >= end) return CHECK_TRUNCATED;
   u32 modes = in[at++];
   if (modes & 3) return CHECK_BAD_HEADER;
   u32 used = 0;
-  r = zstd_list_table(tb, p, p.ll_desc, p.ll_log, tb.ll, ZSTD_FSE_LL, modes >> 6, at, end - at, used);
+  u32 r = zstd_list_table<SYMBOLIC>(tb, p, p.ll_desc, p.ll_log, tb.ll, ZSTD_FSE_LL, modes >> 6, at, end - at, used);
   if (r) return r;
   at += used;
-  r = zstd_list_table(tb, p, p.of_desc, p.of_log, tb.of, ZSTD_FSE_OF, (modes >> 4) & 3, at, end - at, used);
+  r = zstd_list_table<SYMBOLIC>(tb, p, p.of_desc, p.of_log, tb.of, ZSTD_FSE_OF, (modes >> 4) & 3, at, end - at, used);
   if (r) return r;
   at += used;
-  r = zstd_list_table(tb, p, p.ml_desc, p.ml_log, tb.ml, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
+  r = zstd_list_table<SYMBOLIC>(tb, p, p.ml_desc, p.ml_log, tb.ml, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
   if (r) return r;
   at += used;
   ZstdBits bits;
   if (at > end || !bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
-  u32 ll_state = bits.read(p.ll_log), of_state = bits.read(p.of_log), ml_state = bits.read(p.ml_log);
-  u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2;
+  u32 ll_log = p.ll_log, of_log = p.of_log, ml_log = p.ml_log;
+  u32 ll_state = bits.read(ll_log), of_state = bits.read(of_log), ml_state = bits.read(ml_log);
+  u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2, tag = tags;
   u64 lit_sum = 0, match_sum = 0;
   u32 trunc = nseq;   // the first sequence whose bits run past the stream's start (nseq: none)
-  const u32 *llt = tb.ll, *oft = tb.of, *mlt = tb.ml;
+  const u16 *llt = tb.ll, *oft = tb.of, *mlt = tb.ml;
   r = CHECK_OK;
   // Each pass writes a sequence or stops, and there are nseq of them. No
   // branch depends on what a sequence decodes to (the checks come after the
@@ -812,13 +939,14 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
   for (u32 s = 0; s < nseq; s++) {
     u32 lle = llt[ll_state], ofe = oft[of_state], mle = mlt[ml_state];
     // No symbol past its kind's codes is in a table (zstd_seq_table).
-    u32 llc = zstd_fse_symbol(lle), ofc = zstd_fse_symbol(ofe), mlc = zstd_fse_symbol(mle);
+    u32 llc = zstd_seq_symbol(lle), ofc = zstd_seq_symbol(ofe), mlc = zstd_seq_symbol(mle);
+    u32 lli = ll_info[llc], mli = ml_info[mlc];
     // The three fields (offset bits first, then match and literal length:
     // at most 31 + 16 + 16 bits) from the word at once, after at most one
     // refill; bit by bit only near the stream's start. One refill usually
     // serves the next states too.
-    u32 mlb = zstd_fse_extra(mle), llb = zstd_fse_extra(lle), n1 = ofc + mlb + llb;
-    u32 lln = zstd_fse_bits(lle), mln = zstd_fse_bits(mle), ofn = zstd_fse_bits(ofe), n2 = lln + mln + ofn;
+    u32 mlb = zstd_info_bits(mli), llb = zstd_info_bits(lli), n1 = ofc + mlb + llb;
+    u32 lln = zstd_state_bits(lle, ll_log), mln = zstd_state_bits(mle, ml_log), ofn = zstd_state_bits(ofe, of_log), n2 = lln + mln + ofn;
     if (bits.pos - bits.lo < (i32)(n1 + n2) && bits.lo > 0) bits.refill();
     u32 ofx, mlx, llx;
     if (bits.pos - bits.lo >= (i32)n1) {
@@ -833,20 +961,25 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
       llx = bits.read(llb);
     }
     u32 ofv = (1u << ofc) + ofx;
-    u32 ml = ml_base[mlc] + mlx;
-    u32 ll = ll_base[llc] + llx;
-    u32 off;
+    u32 ml = zstd_info_base(mli) + mlx;
+    u32 ll = zstd_info_base(lli) + llx;
+    u32 off, sym = 0;
     if (ofv > 3) {
       off = ofv - 3;
       rep2 = rep1;
       rep1 = rep0;
       rep0 = off;
+      if (SYMBOLIC) tag = (tag << 1) & 7;
     } else {
       u32 idx = ofv - 1 + (ll == 0);   // 0..3: rep0, rep1, rep2, rep0 - 1
       if (idx == 0) {
         off = rep0;
+        if (SYMBOLIC) sym = tag & 1;
       } else {
-        off = idx == 1 ? rep1 : idx == 2 ? rep2 : rep0 - 1;
+        if (SYMBOLIC) sym = idx == 1 ? (tag >> 1) & 1 : idx == 2 ? (tag >> 2) & 1 : tag & 1;
+        // rep0 - 1, where rep0 is the block's first j less d: j less d + 1
+        off = idx == 1 ? rep1 : idx == 2 ? rep2 : SYMBOLIC && sym ? rep0 + 4 : rep0 - 1;
+        if (SYMBOLIC) tag = sym | ((tag & 1) << 1) | (idx == 1 ? tag & 4 : (tag & 2) << 1);
         if (idx != 1) rep2 = rep1;
         rep1 = rep0;
         rep0 = off;
@@ -856,14 +989,14 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
       if (bits.pos - bits.lo < (i32)n2 && bits.lo > 0) bits.refill();
       if (bits.pos - bits.lo >= (i32)n2) {
         u64 v = (bits.win >> (bits.pos - (i32)n2 - bits.lo)) & ((1ull << n2) - 1);
-        of_state = zstd_fse_base(ofe) + (u32)(v & ((1ull << ofn) - 1));
-        ml_state = zstd_fse_base(mle) + (u32)((v >> ofn) & ((1ull << mln) - 1));
-        ll_state = zstd_fse_base(lle) + (u32)(v >> (ofn + mln));
+        of_state = zstd_state_base(ofe, ofn, of_log) + (u32)(v & ((1ull << ofn) - 1));
+        ml_state = zstd_state_base(mle, mln, ml_log) + (u32)((v >> ofn) & ((1ull << mln) - 1));
+        ll_state = zstd_state_base(lle, lln, ll_log) + (u32)(v >> (ofn + mln));
         bits.pos -= (i32)n2;
       } else {
-        ll_state = zstd_fse_base(lle) + bits.read(lln);
-        ml_state = zstd_fse_base(mle) + bits.read(mln);
-        of_state = zstd_fse_base(ofe) + bits.read(ofn);
+        ll_state = zstd_state_base(lle, lln, ll_log) + bits.read(lln);
+        ml_state = zstd_state_base(mle, mln, ml_log) + bits.read(mln);
+        of_state = zstd_state_base(ofe, ofn, of_log) + bits.read(ofn);
       }
     }
     // Past the stream's start the reads give zeros: harmless, and the
@@ -873,13 +1006,15 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
       r = CHECK_OUTPUT_OVERRUN;
       break;
     }
-    list[count++] = (u64)ll | ((u64)ml << 18) | ((u64)(off < ZSTD_LIST_OFF_MAX ? off : ZSTD_LIST_OFF_MAX) << 36);
+    u64 flagged = (u64)ll | (SYMBOLIC && sym ? ZSTD_LIST_SYMBOLIC : 0u);
+    list[count++] = flagged | ((u64)ml << 18) | ((u64)(off < ZSTD_LIST_OFF_MAX ? off : ZSTD_LIST_OFF_MAX) << 36);
     lit_sum += ll;
     match_sum += ml;
   }
   p.rep0 = rep0;
   p.rep1 = rep1;
   p.rep2 = rep2;
+  tags = tag;
   if (trunc < count) {
     count = trunc;
     return CHECK_TRUNCATED;
@@ -894,9 +1029,10 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_base, const u32*
 }
 
 // The list kernel, one page: its sequence list into list[0, limit); returns
-// the entries written.
-GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* ml_base, const u8* in, u32 in_len, u32 out_len, u64* list,
-                               u32 limit) {
+// the entries written. Each block's list is its count and reason (count |
+// reason << 32), then its sequences.
+GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, const u8* in, u32 in_len, u32 out_len, u64* list,
+                              u32 limit) {
   if (in_len == 0) return 0;
   ZstdPage p;
   zstd_start_page(p, in, in_len, out_len);
@@ -914,8 +1050,9 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* 
     ZstdLiterals l;
     if (zstd_literals_header(p.in + p.ip, size, room, l) != CHECK_OK) return w;
     if (w >= limit) return w;
-    u32 head = w++, count = 0, matched = 0;
-    u32 r = zstd_list_block(tb, ll_base, ml_base, p, p.ip + l.section, room, l.size, list + w, limit - w, count, matched);
+    u32 head = w++, count = 0, matched = 0, tags = 0, at = p.ip + l.section, nseq = 0;
+    u32 r = zstd_sequence_count(p.in, at, p.block_end, nseq);
+    if (r == CHECK_OK) r = zstd_list_block<false>(tb, ll_info, ml_info, p, at, nseq, room, l.size, list + w, limit - w, count, matched, tags);
     w += count;
     list[head] = (u64)count | ((u64)r << 32);
     if (r) return w;
@@ -924,51 +1061,102 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_base, const u32* 
   }
 }
 
-// Pages [first, last), in the order `order[first, last)` lists them (the
-// host puts the longest lists first, so that a long chain starts early and
-// the short ones fill in around it): each thread takes the next page from
-// the counter `next_page` until none is left. Page i's list is
-// list[offsets[i] - offsets[first], offsets[i + 1] - offsets[first]);
-// written[i] gets the entries written (the warp reads no further).
-// `scratch` holds ZSTD_LIST_SCRATCH_BYTES a thread of the grid. `profile`
-// is null, or 2 u64s that get the pages' clock cycles summed and the
-// longest page's (GPQ_UNZSTD_PROFILE=1). Blocks of
-// UNZSTD_LIST_THREADS threads: their tables take 46 KB of shared memory, the
-// most a block has without asking the driver for more.
+// The list kernel, the `block`-th compressed block of a page decoded
+// apart: walks the blocks before it as the counting kernel did (noting
+// where their tables are described), then decodes the block's sequences
+// into its region of the page's list[0, limit): ZSTD_LIST_HEADS heads
+// (count | region << 24 | reason << 48; rep0 | rep1 << 32; rep2 | tags <<
+// 32, the repeat offsets after the block), then its sequences. The output
+// position is not known here, so the block may take its largest size; the
+// warp checks every sequence against the real output before it writes.
+// Marks the block done in `written` once its region is complete.
+GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, const u8* in, u32 in_len, u64* list, u32 limit,
+                                u32 block, u64* written) {
+  if (in_len == 0 || block >= ZSTD_APART_MAX) return;
+  ZstdPage p;
+  zstd_start_page(p, in, in_len, 0xFFFFFFFFu);
+  u32 k = 0, region = 0;
+  // Each pass consumes 3 bytes of input or more, or stops.
+  for (;;) {
+    u32 type = ZSTD_END, nseq = 0, at = 0;
+    u32 r = zstd_walk_block(p, type, nseq, at);
+    if (type == ZSTD_END) return;
+    if (type < 2) continue;
+    u32 cap = zstd_list_cap(p, r == CHECK_OK ? nseq : 0, ZSTD_LIST_HEADS);
+    if (cap > limit - region) return;   // (the count gave the page room for every block's cap)
+    if (k < block) {
+      if (r || !zstd_note_tables(tb, p, at, nseq)) return;
+      region += cap;
+      k++;
+      p.ip = p.block_end;
+      continue;
+    }
+    u64* heads = list + region;
+    u32 count = 0, matched = 0, tags = 7;
+    p.rep0 = 0;
+    p.rep1 = 1;
+    p.rep2 = 2;
+    if (r == CHECK_OK) {
+      ZstdLiterals l;
+      zstd_literals_header(p.in + p.ip, p.block_end - p.ip, p.block_max, l);   // passed in the walk
+      r = zstd_list_block<true>(tb, ll_info, ml_info, p, at, nseq, p.block_max, l.size, heads + ZSTD_LIST_HEADS, cap - ZSTD_LIST_HEADS, count,
+                                matched, tags);
+    }
+    heads[0] = (u64)count | ((u64)cap << 24) | ((u64)r << 48);
+    heads[1] = (u64)p.rep0 | ((u64)p.rep1 << 32);
+    heads[2] = (u64)p.rep2 | ((u64)tags << 32);
+    atomicOr((unsigned long long*)written, (unsigned long long)(ZSTD_LIST_APART | (1ull << block)));
+    return;
+  }
+}
+
+// Work items [item_first, item_last) of `items` (page | block << 32, see
+// ZSTD_ITEM_PAGE; the host puts the longest first, so that a long chain
+// starts early and the short ones fill in around it), of pages [first,
+// last): each thread takes the next item from the counter `next_item`
+// until none is left. Page i's list is list[offsets[i] - offsets[first],
+// offsets[i + 1] - offsets[first]); written[i] (zeroed by the host) gets
+// the entries written, or for a page decoded apart ZSTD_LIST_APART and its
+// blocks' bits (the warp reads no further). `profile` is null, or 2 u64s
+// that get the items' clock cycles summed and the longest item's
+// (GPQ_UNZSTD_PROFILE=1). Blocks of UNZSTD_LIST_THREADS threads: their
+// tables take 44 KB of shared memory, within the 48 KB a block has without
+// asking the driver for more.
 extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
-    gpq_unzstd_sequences(const u64* args, u32 num_pages, const u32* order, u32 first, u32 last, const u64* offsets, u64* list, u8* scratch,
-                         u32* written, u32* next_page, u64* profile) {
+    gpq_unzstd_sequences(const u64* args, u32 num_pages, const u64* items, u32 item_first, u32 item_last, u32 first, u32 last,
+                         const u64* offsets, u64* list, u64* written, u32* next_item, u64* profile) {
   __shared__ u32 tables[UNZSTD_LIST_THREADS * ZSTD_LIST_TABLE_WORDS];
-  // The length codes' baselines, in shared memory too: the threads of a
-  // warp look up different codes, which constant memory would serve one
-  // address at a time.
-  __shared__ u32 ll_base[36], ml_base[53];
+  // The length codes' baselines and extra bits, in shared memory too: the
+  // threads of a warp look up different codes, which constant memory would
+  // serve one address at a time.
+  __shared__ u32 ll_info[36], ml_info[53];
   for (u32 k = threadIdx.x; k < 53; k += blockDim.x) {
-    if (k < 36) ll_base[k] = ZSTD_LL_BASE[k];
-    ml_base[k] = ZSTD_ML_BASE[k];
+    if (k < 36) ll_info[k] = zstd_code_info(ZSTD_LL_BASE[k], ZSTD_LL_BITS[k]);
+    ml_info[k] = zstd_code_info(ZSTD_ML_BASE[k], ZSTD_ML_BITS[k]);
   }
   __syncthreads();
   if (threadIdx.x >= UNZSTD_LIST_THREADS) return;
-  u32 t = blockIdx.x * UNZSTD_LIST_THREADS + threadIdx.x;
   u32* mine = tables + threadIdx.x * ZSTD_LIST_TABLE_WORDS;
-  u8* own = scratch + (u64)t * ZSTD_LIST_SCRATCH_BYTES;
-  ZstdSeqTables tb = {mine, mine + 512, mine + 1024, (i16*)own, (u16*)(own + 512)};
+  ZstdSeqTables tb = {(u16*)mine, (u16*)mine + 512, (u16*)mine + 1024, (i16*)(mine + 640), (u16*)(mine + 668)};
   u64 base = offsets[first];
-  // Each pass takes a page off the counter, and there are last - first.
+  // Each pass takes an item off the counter, and there are item_last - item_first.
   for (;;) {
-    u32 k = atomicAdd(next_page, 1u);
-    if (k >= last - first) break;
-    u32 i = order[first + k];
-    if (i < first || i >= last) continue;   // (the host's order lists the round's pages only)
+    u32 k = atomicAdd(next_item, 1u);
+    if (k >= item_last - item_first) break;
+    u64 item = items[item_first + k];
+    u32 i = (u32)item, block = (u32)(item >> 32);
+    if (i < first || i >= last) continue;   // (the host's items are the round's pages' only)
     const u8* in;
     u8* out;
     u32 in_len, out_len;
     u32 limit = (u32)(offsets[i + 1] - offsets[i]);
-    u32 w = 0;
     u64 start = profile ? (u64)clock64() : 0;
-    if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) w = zstd_list_page(tb, ll_base, ml_base, in, in_len, out_len, list + (offsets[i] - base), limit);
-    written[i] = w;
-    if (profile) {   // a measuring aid: cycles summed over the pages, and the longest page's
+    if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) {
+      u64* page_list = list + (offsets[i] - base);
+      if (block == ZSTD_ITEM_PAGE) written[i] = zstd_list_page(tb, ll_info, ml_info, in, in_len, out_len, page_list, limit);
+      else zstd_list_apart(tb, ll_info, ml_info, in, in_len, page_list, limit, block, written + i);
+    }
+    if (profile) {   // a measuring aid: cycles summed over the items, and the longest item's
       u64 cycles = (u64)clock64() - start;
       atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
       atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
@@ -1052,18 +1240,44 @@ GPQ_DEVICE u32 zstd_plan_block(ZstdWarp& z, ZstdPage& p) {
 }
 
 // Lane 0: the block's sequences, from the next entries of the page's list.
-// The list kernel walked the page as the warp does, so the block's entry is
-// there whenever the warp gets this far (and if it is not, the page is
-// refused, never decoded from memory the list kernel did not write).
+// The list kernel walked the page as the warp does, so the block's entries
+// are there whenever the warp gets this far (and if they are not, the page
+// is refused, never decoded from memory the list kernel did not write).
 GPQ_DEVICE u32 zstd_plan_list(ZstdWarp& z, ZstdPage& p) {
-  if (p.list_at >= p.list_len) return CHECK_BAD_HEADER;
-  u64 head = p.list[p.list_at++];
-  u32 count = (u32)head;
-  if (count > p.list_len - p.list_at) return CHECK_BAD_HEADER;
-  z.seq_list = p.list + p.list_at;
+  u32 count, skip;
+  if (p.written & ZSTD_LIST_APART) {
+    // The block's region: its heads, then its sequences; the repeat
+    // offsets after it follow from those before it.
+    u32 k = p.block_k++;
+    if (k >= ZSTD_APART_MAX || !((p.written >> k) & 1)) return CHECK_BAD_HEADER;
+    if (p.list_len - p.list_at < ZSTD_LIST_HEADS) return CHECK_BAD_HEADER;
+    const u64* h = p.list + p.list_at;
+    u64 head = h[0];
+    count = (u32)head & 0xffffff;
+    skip = (u32)(head >> 24) & 0xffffff;
+    if (skip < ZSTD_LIST_HEADS || skip > p.list_len - p.list_at || count > skip - ZSTD_LIST_HEADS) return CHECK_BAD_HEADER;
+    z.seq_reason = (u32)(head >> 48);
+    z.seq_list = h + ZSTD_LIST_HEADS;
+    u32 start[3] = {p.rep0, p.rep1, p.rep2}, after[3] = {(u32)h[1], (u32)(h[1] >> 32), (u32)h[2]}, tags = (u32)(h[2] >> 32);
+    for (u32 j = 0; j < 3; j++) {
+      z.rep_start[j] = start[j];
+      u32 v = after[j], base = (v & 3) == 0 ? start[0] : (v & 3) == 1 ? start[1] : start[2];
+      after[j] = (tags >> j) & 1 ? ((v & 3) < 3 ? base - (v >> 2) : 0) : v;
+    }
+    p.rep0 = after[0];
+    p.rep1 = after[1];
+    p.rep2 = after[2];
+  } else {
+    if (p.list_at >= p.list_len) return CHECK_BAD_HEADER;
+    u64 head = p.list[p.list_at++];
+    count = (u32)head;
+    if (count > p.list_len - p.list_at) return CHECK_BAD_HEADER;
+    z.seq_list = p.list + p.list_at;
+    z.seq_reason = (u32)(head >> 32);
+    skip = count;
+  }
   z.nseq = count;
-  z.seq_reason = (u32)(head >> 32);
-  p.list_at += count;
+  p.list_at += skip;
   z.frame_start = p.frame_start;
   z.window = p.window;
   z.action = ZSTD_SEQUENCES;
@@ -1370,8 +1584,14 @@ GPQ_DEVICE u32 zstd_run_block(ZstdWarp& z, u8* out, u32 lane, u64* t) {
   while (z.seq_done < z.nseq) {
     u32 at = z.seq_done, k = z.nseq - at < ZSTD_SEQ_BATCH ? z.nseq - at : ZSTD_SEQ_BATCH;
     u64 e = lane < k ? z.seq_list[at + lane] : 0;
+    u32 ll = (u32)(e & MASK), off = (u32)(e >> 36);
+    if (ll & ZSTD_LIST_SYMBOLIC) {   // a block decoded apart: the block's first repeat offset j, less d
+      ll &= ~ZSTD_LIST_SYMBOLIC;
+      u32 j = off & 3, v = j < 3 ? z.rep_start[j] - (off >> 2) : 0;
+      off = v < ZSTD_LIST_OFF_MAX ? v : ZSTD_LIST_OFF_MAX;
+    }
     ZstdBatch b;
-    u32 r = zstd_execute(z, out, lane, k, (u32)(e & MASK), (u32)((e >> 18) & MASK), (u32)(e >> 36), z.lit_used, z.matched, b);
+    u32 r = zstd_execute(z, out, lane, k, ll, (u32)((e >> 18) & MASK), off, z.lit_used, z.matched, b);
     if (t && lane == 0) {
       t[ZSTD_T_SEQUENCES] += k;
       t[ZSTD_T_BATCHES] += 1;
@@ -1398,8 +1618,8 @@ GPQ_DEVICE u32 zstd_run_block(ZstdWarp& z, u8* out, u32 lane, u64* t) {
 // The whole warp decodes one page from its list[0, list_len); returns its
 // CheckReason. With `t` (null in normal use), lane 0 adds its clock per
 // phase to it.
-GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8* out, u32 out_len, const u64* list, u32 list_len, u32 lane,
-                         u64* t) {
+GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8* out, u32 out_len, const u64* list, u32 list_len, u64 written,
+                         u32 lane, u64* t) {
   // The clocks live in `t` (shared), not in registers the whole page long.
   if (t && lane == 0) t[ZSTD_T_START] = t[ZSTD_T_MARK] = (u64)clock64();
   auto lap = [&](u32 phase) {
@@ -1414,6 +1634,8 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8*
     p.list = list;
     p.list_at = 0;
     p.list_len = list_len;
+    p.written = written;
+    p.block_k = 0;
     z.reason = in_len == 0 ? CHECK_TRUNCATED : CHECK_OK;
     z.action = ZSTD_START;
   }
@@ -1467,12 +1689,13 @@ GPQ_DEVICE u32 zstd_page(ZstdWarp& z, ZstdPage& p, const u8* in, u32 in_len, u8*
 // threads), over pages [first, last). `args` holds nvCOMP's packed argument
 // arrays: input addresses, input sizes, output sizes and output addresses,
 // `num_pages` each. Page i's list is at list[offsets[i] - offsets[first]]
-// and holds written[i] entries (gpq_unzstd_sequences). `reasons[i]` gets
+// and holds written[i] entries, or is the regions of blocks decoded apart
+// (gpq_unzstd_sequences). `reasons[i]` gets
 // page i's CheckReason: 0 when its output is complete. `profile` is null, or
 // ZSTD_T_COUNT u64s that get each phase's clock cycles summed over the pages
 // (a measuring aid: GPQ_UNZSTD_PROFILE=1).
 extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS, UNZSTD_MIN_BLOCKS)
-    gpq_unzstd(const u64* args, u32 num_pages, u32 first, u32 last, const u64* offsets, const u64* list, const u32* written,
+    gpq_unzstd(const u64* args, u32 num_pages, u32 first, u32 last, const u64* offsets, const u64* list, const u64* written,
                u32* reasons, u64* profile) {
   __shared__ ZstdWarp warps[UNZSTD_WARPS];
   __shared__ ZstdPage pages[UNZSTD_WARPS];   // lane 0's
@@ -1491,9 +1714,9 @@ extern "C" __global__ void __launch_bounds__(32 * UNZSTD_WARPS, UNZSTD_MIN_BLOCK
   u32 in_len, out_len;
   u32 r = CHECK_UNSUPPORTED;
   if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) {
-    u64 room = offsets[i + 1] - offsets[i];
-    u32 n = written[i] < room ? written[i] : (u32)room;
-    r = zstd_page(warps[warp], pages[warp], in, in_len, out, out_len, list + (offsets[i] - offsets[first]), n, lane, t);
+    u64 room = offsets[i + 1] - offsets[i], w = written[i];
+    u32 n = (w & ZSTD_LIST_APART) || w > room ? (u32)room : (u32)w;
+    r = zstd_page(warps[warp], pages[warp], in, in_len, out, out_len, list + (offsets[i] - offsets[first]), n, w, lane, t);
   }
   if (lane == 0) reasons[i] = r;
   if (profile) {
