@@ -239,6 +239,76 @@ struct ZstdBits {
   }
 };
 
+// The sequence kernel's backward bitstream: as ZstdBits (without staged
+// windows), but a refill's two aligned words are held in registers and the
+// word below them is loaded one refill ahead, so that a refill in the
+// chain of dependent steps waits for no load. A refill moves the window
+// down by at most 8 bytes (at most 64 bits are read between two), so the
+// next refill needs the words it holds or the one loaded ahead.
+struct ZstdAheadBits {
+  const u8* p;
+  const u8* base;   // p rounded down to 8 bytes: word k is base[8k, 8k + 8)
+  u32 len;
+  i32 pos;          // bits not yet read: [0, pos)
+  i32 lo;           // `win` holds stream bits [lo, lo + 64)
+  u64 win;
+  i32 k;            // w0 is word k, w1 word k + 1, ahead word k - 1
+  u64 w0, w1, ahead;
+  // Word j, with zeros for the bytes outside the stream: a load where the
+  // word lies inside it, else byte by byte (the stream's first and last
+  // words).
+  GPQ_DEVICE u64 word(i32 j) const {
+    const u8* q = base + 8 * (i64)j;
+    if (q >= p && q + 8 <= p + len) return *(const u64*)q;
+    u64 v = 0;
+    for (u32 b = 0; b < 8; b++) {
+      const u8* c = q + b;
+      if (c >= p && c < p + len) v |= (u64)*c << (8 * b);
+    }
+    return v;
+  }
+  GPQ_DEVICE void refill() {
+    i32 top = (pos + 7) >> 3, start = top > 8 ? top - 8 : 0;
+    u32 at = (u32)(p - base) + (u32)start;
+    i32 j = (i32)(at >> 3);
+    u32 sh = 8 * (at & 7);
+    if (j == k - 1) {
+      w1 = w0;
+      w0 = ahead;
+      ahead = word(j - 1);
+      k = j;
+    } else if (j != k) {
+      w0 = word(j);
+      w1 = word(j + 1);
+      ahead = word(j - 1);
+      k = j;
+    }
+    win = sh ? (w0 >> sh) | (w1 << (64 - sh)) : w0;
+    lo = 8 * start;
+  }
+  // Fails on an empty stream or one whose last byte holds no end marker.
+  GPQ_DEVICE bool init(const u8* stream, u32 n) {
+    p = stream;
+    base = (const u8*)((unsigned long long)stream & ~7ull);
+    len = n;
+    k = -8;
+    if (n == 0 || stream[n - 1] == 0) return false;
+    pos = 8 * (i32)(n - 1) + (i32)zstd_highbit(stream[n - 1]);
+    refill();
+    return true;
+  }
+  GPQ_DEVICE u32 read(u32 n) {   // n <= 32
+    i32 from = pos - (i32)n;
+    if (from < lo && lo > 0) refill();
+    u32 v;
+    if (from >= lo) v = (u32)((win >> (from - lo)) & ((1ull << n) - 1));
+    else if (pos <= 0) v = 0;
+    else v = (u32)((win & ((1ull << pos) - 1)) << (n - (u32)pos));   // lo == 0: zeros below the start
+    pos = from;
+    return v;
+  }
+};
+
 // Reads an FSE table description (RFC 8878, 4.1.1) from p[0, avail):
 // normalized counts into `norm`, with the largest symbol and the accuracy.
 // `used` is set to the bytes it takes.
@@ -924,7 +994,7 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_info, const u32*
   r = zstd_list_table<SYMBOLIC>(tb, p, p.ml_desc, p.ml_log, tb.ml, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
   if (r) return r;
   at += used;
-  ZstdBits bits;
+  ZstdAheadBits bits;
   if (at > end || !bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
   u32 ll_log = p.ll_log, of_log = p.of_log, ml_log = p.ml_log;
   u32 ll_state = bits.read(ll_log), of_state = bits.read(of_log), ml_state = bits.read(ml_log);
