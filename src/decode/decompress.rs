@@ -754,7 +754,7 @@ fn unzstd_items(first: u32, last: u32, sizes: &[u32], blocks: &[u32]) -> Vec<u64
     let mut items: Vec<(u32, u64)> = Vec::new();
     for i in first..last {
         let (size, nb) = (sizes[i as usize], blocks[i as usize]);
-        if nb >= 2 {
+        if nb >= 1 {
             items.extend((0..nb as u64).map(|b| (size / nb, i as u64 | b << 32)));
         } else {
             items.push((size, i as u64 | ZSTD_ITEM_PAGE << 32));

@@ -849,9 +849,11 @@ GPQ_DEVICE bool zstd_page_args(const u64* args, u32 num_pages, u32 i, const u8*&
 // fits the output left (it stops at the first sequence that does not), and
 // each sequence matches 3 bytes or more, so those blocks hold at most
 // out_len / 3 sequences, and the block it stops in as many and one more.
-// A page of 2 to ZSTD_APART_MAX compressed blocks whose caps fit that bound
+// A page of 1 to ZSTD_APART_MAX compressed blocks whose caps fit that bound
 // (every valid page's do) has its blocks decoded apart, each list at a
-// fixed place: the caps with their heads, in block order.
+// fixed place: the caps with their heads, in block order. So nearly every
+// item of the list kernel takes the same path (zstd_list_apart), and the
+// threads of a warp decode side by side.
 extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_count(const u64* args, u32 num_pages, u32* counts) {
   u32 i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= num_pages) return;
@@ -878,7 +880,7 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_COUNT_THREADS) gpq_unzstd_co
       if (type == 2) p.ip = p.block_end;
     }
     u64 most = 2 * (u64)(out_len / 3) + 1 + blocks;
-    if (blocks >= 2 && blocks <= ZSTD_APART_MAX && entries <= most) {
+    if (blocks >= 1 && blocks <= ZSTD_APART_MAX && entries <= most) {
       apart = (u32)blocks;
       entries += (ZSTD_LIST_HEADS - 1) * blocks;
     } else if (entries > most) {
@@ -1142,49 +1144,55 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* 
 // Marks the block done in `written` once its region is complete.
 GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, const u8* in, u32 in_len, u64* list, u32 limit,
                                 u32 block, u64* written) {
-  if (in_len == 0 || block >= ZSTD_APART_MAX) return;
   ZstdPage p;
   zstd_start_page(p, in, in_len, 0xFFFFFFFFu);
-  u32 k = 0, region = 0;
+  u32 k = 0, region = 0, r = CHECK_OK, nseq = 0, at = 0, cap = 0;
+  bool found = false;
+  // The walk to the block. The block's sequences are decoded after the
+  // walk's loop, not inside it: threads of a warp whose walks end after
+  // different numbers of blocks meet there, and decode side by side.
   // Each pass consumes 3 bytes of input or more, or stops.
-  for (;;) {
-    u32 type = ZSTD_END, nseq = 0, at = 0;
-    u32 r = zstd_walk_block(p, type, nseq, at);
-    if (type == ZSTD_END) return;
+  while (in_len > 0 && block < ZSTD_APART_MAX) {
+    u32 type = ZSTD_END;
+    r = zstd_walk_block(p, type, nseq, at);
+    if (type == ZSTD_END) break;
     if (type < 2) continue;
-    u32 cap = zstd_list_cap(p, r == CHECK_OK ? nseq : 0, ZSTD_LIST_HEADS);
-    if (cap > limit - region) return;   // (the count gave the page room for every block's cap)
-    if (k < block) {
-      if (r || !zstd_note_tables(tb, p, at, nseq)) return;
-      region += cap;
-      k++;
-      p.ip = p.block_end;
-      continue;
+    cap = zstd_list_cap(p, r == CHECK_OK ? nseq : 0, ZSTD_LIST_HEADS);
+    if (cap > limit - region) break;   // (the count gave the page room for every block's cap)
+    if (k == block) {
+      found = true;
+      break;
     }
-    u64* heads = list + region;
-    u32 count = 0, matched = 0, tags = 7;
-    p.rep0 = 0;
-    p.rep1 = 1;
-    p.rep2 = 2;
-    if (r == CHECK_OK) {
-      ZstdLiterals l;
-      zstd_literals_header(p.in + p.ip, p.block_end - p.ip, p.block_max, l);   // passed in the walk
-      r = zstd_list_block<true>(tb, ll_info, ml_info, p, at, nseq, p.block_max, l.size, heads + ZSTD_LIST_HEADS, cap - ZSTD_LIST_HEADS, count,
-                                matched, tags);
-    }
-    heads[0] = (u64)count | ((u64)cap << 24) | ((u64)r << 48);
-    heads[1] = (u64)p.rep0 | ((u64)p.rep1 << 32);
-    heads[2] = (u64)p.rep2 | ((u64)tags << 32);
-    atomicOr((unsigned long long*)written, (unsigned long long)(ZSTD_LIST_APART | (1ull << block)));
-    return;
+    if (r || !zstd_note_tables(tb, p, at, nseq)) break;
+    region += cap;
+    k++;
+    p.ip = p.block_end;
   }
+  if (!found) return;
+  u64* heads = list + region;
+  u32 count = 0, matched = 0, tags = 7;
+  p.rep0 = 0;
+  p.rep1 = 1;
+  p.rep2 = 2;
+  if (r == CHECK_OK) {
+    ZstdLiterals l;
+    zstd_literals_header(p.in + p.ip, p.block_end - p.ip, p.block_max, l);   // passed in the walk
+    r = zstd_list_block<true>(tb, ll_info, ml_info, p, at, nseq, p.block_max, l.size, heads + ZSTD_LIST_HEADS, cap - ZSTD_LIST_HEADS, count,
+                              matched, tags);
+  }
+  heads[0] = (u64)count | ((u64)cap << 24) | ((u64)r << 48);
+  heads[1] = (u64)p.rep0 | ((u64)p.rep1 << 32);
+  heads[2] = (u64)p.rep2 | ((u64)tags << 32);
+  atomicOr((unsigned long long*)written, (unsigned long long)(ZSTD_LIST_APART | (1ull << block)));
 }
 
 // Work items [item_first, item_last) of `items` (page | block << 32, see
 // ZSTD_ITEM_PAGE; the host puts the longest first, so that a long chain
 // starts early and the short ones fill in around it), of pages [first,
 // last): each thread takes the next item from the counter `next_item`
-// until none is left. Page i's list is list[offsets[i] - offsets[first],
+// until none is left, its block's threads in step: a round of items ends
+// for all of them together, so that they run the sequence loop side by
+// side (threads that drift apart would each issue the loop alone). Page i's list is list[offsets[i] - offsets[first],
 // offsets[i + 1] - offsets[first]); written[i] (zeroed by the host) gets
 // the entries written, or for a page decoded apart ZSTD_LIST_APART and its
 // blocks' bits (the warp reads no further). `profile` is null, or 2 u64s
@@ -1209,28 +1217,32 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
   u32* mine = tables + threadIdx.x * ZSTD_LIST_TABLE_WORDS;
   ZstdSeqTables tb = {(u16*)mine, (u16*)mine + 512, (u16*)mine + 1024, (i16*)(mine + 640), (u16*)(mine + 668)};
   u64 base = offsets[first];
-  // Each pass takes an item off the counter, and there are item_last - item_first.
+  const unsigned lanes = (1u << UNZSTD_LIST_THREADS) - 1;   // the block: one warp, its first lanes
+  // Each round takes an item a thread off the counter while there are
+  // items, and there are item_last - item_first: the rounds end.
   for (;;) {
     u32 k = atomicAdd(next_item, 1u);
-    if (k >= item_last - item_first) break;
-    u64 item = items[item_first + k];
+    bool have = k < item_last - item_first;
+    if (!__any_sync(lanes, have)) break;
+    u64 item = have ? items[item_first + k] : 0;
     u32 i = (u32)item, block = (u32)(item >> 32);
-    if (i < first || i >= last) continue;   // (the host's items are the round's pages' only)
     const u8* in;
     u8* out;
     u32 in_len, out_len;
-    u32 limit = (u32)(offsets[i + 1] - offsets[i]);
     u64 start = profile ? (u64)clock64() : 0;
-    if (zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) {
+    // (the host's items are the round's pages' only)
+    if (have && i >= first && i < last && zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) {
+      u32 limit = (u32)(offsets[i + 1] - offsets[i]);
       u64* page_list = list + (offsets[i] - base);
       if (block == ZSTD_ITEM_PAGE) written[i] = zstd_list_page(tb, ll_info, ml_info, in, in_len, out_len, page_list, limit);
       else zstd_list_apart(tb, ll_info, ml_info, in, in_len, page_list, limit, block, written + i);
+      if (profile) {   // a measuring aid: cycles summed over the items, and the longest item's
+        u64 cycles = (u64)clock64() - start;
+        atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
+        atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
+      }
     }
-    if (profile) {   // a measuring aid: cycles summed over the items, and the longest item's
-      u64 cycles = (u64)clock64() - start;
-      atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
-      atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
-    }
+    __syncwarp(lanes);
   }
 }
 
