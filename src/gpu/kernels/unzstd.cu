@@ -970,18 +970,13 @@ GPQ_DEVICE bool zstd_note_tables(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 nse
 // offsets start as the block's own first three, unknown here: an offset
 // that repeats one of them (tags: which of p.rep0..2 do) is written as
 // ZSTD_LIST_SYMBOLIC, and p.rep0..2 and `tags` end as the block leaves them.
+// The list kernel: a block's sequence tables (from the sequences section
+// at p.in[at, p.block_end), after the count `nseq`) and the start of its
+// bitstream. For nseq 0, the section's verdict.
 template <bool SYMBOLIC>
-GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, ZstdPage& p, u32 at, u32 nseq, u32 room,
-                               u32 lit_size, u64* list, u32 limit, u32& count, u32& matched, u32& tags) {
+GPQ_DEVICE u32 zstd_list_tables(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 nseq, ZstdAheadBits& bits) {
   const u8* in = p.in;
   u32 end = p.block_end;
-  count = matched = 0;
-  tags = SYMBOLIC ? 7 : 0;
-  if (SYMBOLIC) {
-    p.rep0 = 0;
-    p.rep1 = 1;
-    p.rep2 = 2;
-  }
   if (nseq == 0) return at != end ? (u32)CHECK_BAD_HEADER : (u32)CHECK_OK;
   if (at >= end) return CHECK_TRUNCATED;
   u32 modes = in[at++];
@@ -996,8 +991,28 @@ GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_info, const u32*
   r = zstd_list_table<SYMBOLIC>(tb, p, p.ml_desc, p.ml_log, tb.ml, ZSTD_FSE_ML, (modes >> 2) & 3, at, end - at, used);
   if (r) return r;
   at += used;
-  ZstdAheadBits bits;
   if (at > end || !bits.init(in + at, end - at)) return CHECK_BAD_HEADER;
+  return CHECK_OK;
+}
+
+template <bool SYMBOLIC>
+GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, ZstdPage& p, u32 at, u32 nseq, u32 room,
+                               u32 lit_size, u64* list, u32 limit, u32& count, u32& matched, u32& tags, unsigned lanes) {
+  count = matched = 0;
+  tags = SYMBOLIC ? 7 : 0;
+  if (SYMBOLIC) {
+    p.rep0 = 0;
+    p.rep1 = 1;
+    p.rep2 = 2;
+  }
+  ZstdAheadBits bits;
+  u32 r = zstd_list_tables<SYMBOLIC>(tb, p, at, nseq, bits);
+  // Blocks decoded apart: the threads of the block meet before their
+  // sequence loops (each thread passes one __syncwarp a round here or in
+  // zstd_list_apart), so that the loops run side by side, not one thread
+  // at a time.
+  if (SYMBOLIC) __syncwarp(lanes);
+  if (r != CHECK_OK || nseq == 0) return r;
   u32 ll_log = p.ll_log, of_log = p.of_log, ml_log = p.ml_log;
   u32 ll_state = bits.read(ll_log), of_state = bits.read(of_log), ml_state = bits.read(ml_log);
   u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2, tag = tags;
@@ -1124,7 +1139,7 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* 
     if (w >= limit) return w;
     u32 head = w++, count = 0, matched = 0, tags = 0, at = p.ip + l.section, nseq = 0;
     u32 r = zstd_sequence_count(p.in, at, p.block_end, nseq);
-    if (r == CHECK_OK) r = zstd_list_block<false>(tb, ll_info, ml_info, p, at, nseq, room, l.size, list + w, limit - w, count, matched, tags);
+    if (r == CHECK_OK) r = zstd_list_block<false>(tb, ll_info, ml_info, p, at, nseq, room, l.size, list + w, limit - w, count, matched, tags, 0);
     w += count;
     list[head] = (u64)count | ((u64)r << 32);
     if (r) return w;
@@ -1143,7 +1158,7 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* 
 // warp checks every sequence against the real output before it writes.
 // Marks the block done in `written` once its region is complete.
 GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, const u8* in, u32 in_len, u64* list, u32 limit,
-                                u32 block, u64* written) {
+                                u32 block, u64* written, unsigned lanes) {
   ZstdPage p;
   zstd_start_page(p, in, in_len, 0xFFFFFFFFu);
   u32 k = 0, region = 0, r = CHECK_OK, nseq = 0, at = 0, cap = 0;
@@ -1168,7 +1183,10 @@ GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32
     k++;
     p.ip = p.block_end;
   }
-  if (!found) return;
+  if (!found) {
+    __syncwarp(lanes);
+    return;
+  }
   u64* heads = list + region;
   u32 count = 0, matched = 0, tags = 7;
   p.rep0 = 0;
@@ -1178,7 +1196,9 @@ GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32
     ZstdLiterals l;
     zstd_literals_header(p.in + p.ip, p.block_end - p.ip, p.block_max, l);   // passed in the walk
     r = zstd_list_block<true>(tb, ll_info, ml_info, p, at, nseq, p.block_max, l.size, heads + ZSTD_LIST_HEADS, cap - ZSTD_LIST_HEADS, count,
-                              matched, tags);
+                              matched, tags, lanes);
+  } else {
+    __syncwarp(lanes);
   }
   heads[0] = (u64)count | ((u64)cap << 24) | ((u64)r << 48);
   heads[1] = (u64)p.rep0 | ((u64)p.rep1 << 32);
@@ -1231,11 +1251,18 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     u32 in_len, out_len;
     u64 start = profile ? (u64)clock64() : 0;
     // (the host's items are the round's pages' only)
-    if (have && i >= first && i < last && zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) {
-      u32 limit = (u32)(offsets[i + 1] - offsets[i]);
-      u64* page_list = list + (offsets[i] - base);
-      if (block == ZSTD_ITEM_PAGE) written[i] = zstd_list_page(tb, ll_info, ml_info, in, in_len, out_len, page_list, limit);
-      else zstd_list_apart(tb, ll_info, ml_info, in, in_len, page_list, limit, block, written + i);
+    bool mine = have && i >= first && i < last && zstd_page_args(args, num_pages, i, in, in_len, out_len, out);
+    u32 limit = mine ? (u32)(offsets[i + 1] - offsets[i]) : 0;
+    u64* page_list = mine ? list + (offsets[i] - base) : list;
+    // Each thread passes one __syncwarp here or in zstd_list_apart, just
+    // before its sequence loop.
+    if (mine && block != ZSTD_ITEM_PAGE) {
+      zstd_list_apart(tb, ll_info, ml_info, in, in_len, page_list, limit, block, written + i, lanes);
+    } else {
+      __syncwarp(lanes);
+      if (mine) written[i] = zstd_list_page(tb, ll_info, ml_info, in, in_len, out_len, page_list, limit);
+    }
+    if (mine) {
       if (profile) {   // a measuring aid: cycles summed over the items, and the longest item's
         u64 cycles = (u64)clock64() - start;
         atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
