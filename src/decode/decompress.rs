@@ -19,8 +19,9 @@
 //! decoder (`unzstd.cu`), which checks every step as it decodes and hands
 //! any page it does not accept to the CPU decoder likewise; it needs neither
 //! nvCOMP nor a check in front (`ReadOptions::zstd_decoder` can choose nvCOMP).
-//! It decodes each page's sequences into a list first (a thread a page),
-//! then the pages from their lists (a warp a page); the lists take device
+//! It decodes each compressed block's sequences into a list first (a
+//! thread a block), then the pages from their lists (a warp a page); the
+//! lists take device
 //! memory in proportion to the sequences (8 bytes each), at most
 //! `GPQ_UNZSTD_LIST_BYTES` at once (a batch whose lists need more goes in
 //! rounds), and less where the read's budget has less room.
