@@ -255,8 +255,8 @@ pub(crate) fn unzstd_list_blocks() -> u32 {
     var("GPQ_UNZSTD_LIST_BLOCKS").and_then(|v| v.trim().parse::<u32>().ok()).filter(|b| (1..=32).contains(b)).unwrap_or(5)
 }
 
-/// Whether gpq's ZSTD decoder decodes the blocks of a page of several apart
-/// (`GPQ_UNZSTD_APART=0` keeps every page whole, for comparison).
+/// Whether gpq's ZSTD decoder decodes each compressed block on a thread of
+/// its own (`GPQ_UNZSTD_APART=0` keeps every page one chain, for comparison).
 pub(crate) fn unzstd_apart() -> bool {
     !matches!(flag("GPQ_UNZSTD_APART"), Ok(Some(false)))
 }
