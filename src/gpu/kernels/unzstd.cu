@@ -959,17 +959,6 @@ GPQ_DEVICE bool zstd_note_tables(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 nse
   return true;
 }
 
-// The list kernel: decodes the `nseq` sequences of the sequences section at
-// p.in[at, p.block_end) (after their count) of a block with `lit_size`
-// literals whose output may take `room` bytes, into list[0, limit). `count`
-// gets the sequences written and `matched` their match bytes. A failure's
-// reason comes after the sequences before it; where the sequences take more
-// literals than the block has or more output than `room`, the warp refuses
-// the one that goes over before it gets to the reason. The stream must be
-// used up exactly. With SYMBOLIC (a block decoded apart), the repeat
-// offsets start as the block's own first three, unknown here: an offset
-// that repeats one of them (tags: which of p.rep0..2 do) is written as
-// ZSTD_LIST_SYMBOLIC, and p.rep0..2 and `tags` end as the block leaves them.
 // The list kernel: a block's sequence tables (from the sequences section
 // at p.in[at, p.block_end), after the count `nseq`) and the start of its
 // bitstream. For nseq 0, the section's verdict.
@@ -995,129 +984,175 @@ GPQ_DEVICE u32 zstd_list_tables(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 nseq
   return CHECK_OK;
 }
 
+// The list kernel: one block's chain of dependent steps, its sequences
+// decoded one a step into list[0, limit). The state lives in registers
+// from one step to the next, so that a thread can hold its chain while the
+// threads beside it take new items (see gpq_unzstd_sequences). With
+// SYMBOLIC (a block decoded apart), the repeat offsets start as the
+// block's own first three, unknown here: an offset that repeats one of
+// them (`tag`: which of rep0..2 do) is written as ZSTD_LIST_SYMBOLIC.
+struct ZstdChain {
+  ZstdAheadBits bits;
+  u32 ll_state, of_state, ml_state;
+  u32 ll_log, of_log, ml_log;
+  u32 rep0, rep1, rep2, tag;
+  u64 lit_sum, match_sum;
+  u32 s, nseq;   // sequences decoded, and in the block
+  u32 trunc;     // the first sequence whose bits run past the stream's start (nseq: none)
+  u32 count, limit;
+  u64* list;
+};
+
+// Starts the chain of the block whose sequences section is at p.in[at,
+// p.block_end) (after the count `nseq`): its tables and bitstream, then its
+// first states. For a failure or no sequences, c.nseq is 0 (no step to run)
+// and the section's verdict is returned.
 template <bool SYMBOLIC>
-GPQ_DEVICE u32 zstd_list_block(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, ZstdPage& p, u32 at, u32 nseq, u32 room,
-                               u32 lit_size, u64* list, u32 limit, u32& count, u32& matched, u32& tags, unsigned lanes) {
-  count = matched = 0;
-  tags = SYMBOLIC ? 7 : 0;
+GPQ_DEVICE u32 zstd_chain_begin(ZstdSeqTables& tb, ZstdPage& p, u32 at, u32 nseq, u64* list, u32 limit, ZstdChain& c) {
+  c.s = c.nseq = c.count = 0;
+  c.lit_sum = c.match_sum = 0;
+  c.list = list;
+  c.limit = limit;
   if (SYMBOLIC) {
     p.rep0 = 0;
     p.rep1 = 1;
     p.rep2 = 2;
   }
-  ZstdAheadBits bits;
-  u32 r = zstd_list_tables<SYMBOLIC>(tb, p, at, nseq, bits);
-  // Blocks decoded apart: the threads of the block meet before their
-  // sequence loops (each thread passes one __syncwarp a round here or in
-  // zstd_list_apart), so that the loops run side by side, not one thread
-  // at a time.
-  if (SYMBOLIC) __syncwarp(lanes);
+  c.rep0 = p.rep0;
+  c.rep1 = p.rep1;
+  c.rep2 = p.rep2;
+  c.tag = SYMBOLIC ? 7 : 0;
+  u32 r = zstd_list_tables<SYMBOLIC>(tb, p, at, nseq, c.bits);
   if (r != CHECK_OK || nseq == 0) return r;
-  u32 ll_log = p.ll_log, of_log = p.of_log, ml_log = p.ml_log;
-  u32 ll_state = bits.read(ll_log), of_state = bits.read(of_log), ml_state = bits.read(ml_log);
-  u32 rep0 = p.rep0, rep1 = p.rep1, rep2 = p.rep2, tag = tags;
-  u64 lit_sum = 0, match_sum = 0;
-  u32 trunc = nseq;   // the first sequence whose bits run past the stream's start (nseq: none)
+  c.ll_log = p.ll_log;
+  c.of_log = p.of_log;
+  c.ml_log = p.ml_log;
+  c.ll_state = c.bits.read(c.ll_log);
+  c.of_state = c.bits.read(c.of_log);
+  c.ml_state = c.bits.read(c.ml_log);
+  c.nseq = c.trunc = nseq;
+  return CHECK_OK;
+}
+
+// One step of a chain (c.s < c.nseq): decodes sequence c.s into the list.
+// No branch depends on what a sequence decodes to (the checks come after
+// the chain, in zstd_chain_end), so nothing waits for a step but the next
+// step's lookups. CHECK_OUTPUT_OVERRUN where the list is full (the count
+// said less, which it cannot): the warp refuses the page there.
+template <bool SYMBOLIC>
+GPQ_DEVICE u32 zstd_chain_step(ZstdChain& c, const ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info) {
+  ZstdAheadBits& bits = c.bits;
   const u16 *llt = tb.ll, *oft = tb.of, *mlt = tb.ml;
-  r = CHECK_OK;
-  // Each pass writes a sequence or stops, and there are nseq of them. No
-  // branch depends on what a sequence decodes to (the checks come after the
-  // loop), so nothing waits for a step but the next step's lookups.
-  for (u32 s = 0; s < nseq; s++) {
-    u32 lle = llt[ll_state], ofe = oft[of_state], mle = mlt[ml_state];
-    // No symbol past its kind's codes is in a table (zstd_seq_table).
-    u32 llc = zstd_seq_symbol(lle), ofc = zstd_seq_symbol(ofe), mlc = zstd_seq_symbol(mle);
-    u32 lli = ll_info[llc], mli = ml_info[mlc];
-    // The three fields (offset bits first, then match and literal length:
-    // at most 31 + 16 + 16 bits) from the word at once, after at most one
-    // refill; bit by bit only near the stream's start. One refill usually
-    // serves the next states too.
-    u32 mlb = zstd_info_bits(mli), llb = zstd_info_bits(lli), n1 = ofc + mlb + llb;
-    u32 lln = zstd_state_bits(lle, ll_log), mln = zstd_state_bits(mle, ml_log), ofn = zstd_state_bits(ofe, of_log), n2 = lln + mln + ofn;
-    if (bits.pos - bits.lo < (i32)(n1 + n2) && bits.lo > 0) bits.refill();
-    u32 ofx, mlx, llx;
-    if (bits.pos - bits.lo >= (i32)n1) {
-      u64 v = (bits.win >> (bits.pos - (i32)n1 - bits.lo)) & ((1ull << n1) - 1);
-      llx = (u32)(v & ((1ull << llb) - 1));
-      mlx = (u32)((v >> llb) & ((1ull << mlb) - 1));
-      ofx = (u32)(v >> (llb + mlb));
-      bits.pos -= (i32)n1;
+  u32 ll_log = c.ll_log, of_log = c.of_log, ml_log = c.ml_log;
+  u32 ll_state = c.ll_state, of_state = c.of_state, ml_state = c.ml_state;
+  u32 rep0 = c.rep0, rep1 = c.rep1, rep2 = c.rep2, tag = c.tag;
+  u32 s = c.s, nseq = c.nseq;
+  u32 lle = llt[ll_state], ofe = oft[of_state], mle = mlt[ml_state];
+  // No symbol past its kind's codes is in a table (zstd_seq_table).
+  u32 llc = zstd_seq_symbol(lle), ofc = zstd_seq_symbol(ofe), mlc = zstd_seq_symbol(mle);
+  u32 lli = ll_info[llc], mli = ml_info[mlc];
+  // The three fields (offset bits first, then match and literal length:
+  // at most 31 + 16 + 16 bits) from the word at once, after at most one
+  // refill; bit by bit only near the stream's start. One refill usually
+  // serves the next states too.
+  u32 mlb = zstd_info_bits(mli), llb = zstd_info_bits(lli), n1 = ofc + mlb + llb;
+  u32 lln = zstd_state_bits(lle, ll_log), mln = zstd_state_bits(mle, ml_log), ofn = zstd_state_bits(ofe, of_log), n2 = lln + mln + ofn;
+  if (bits.pos - bits.lo < (i32)(n1 + n2) && bits.lo > 0) bits.refill();
+  u32 ofx, mlx, llx;
+  if (bits.pos - bits.lo >= (i32)n1) {
+    u64 v = (bits.win >> (bits.pos - (i32)n1 - bits.lo)) & ((1ull << n1) - 1);
+    llx = (u32)(v & ((1ull << llb) - 1));
+    mlx = (u32)((v >> llb) & ((1ull << mlb) - 1));
+    ofx = (u32)(v >> (llb + mlb));
+    bits.pos -= (i32)n1;
+  } else {
+    ofx = bits.read(ofc);
+    mlx = bits.read(mlb);
+    llx = bits.read(llb);
+  }
+  u32 ofv = (1u << ofc) + ofx;
+  u32 ml = zstd_info_base(mli) + mlx;
+  u32 ll = zstd_info_base(lli) + llx;
+  u32 off, sym = 0;
+  if (ofv > 3) {
+    off = ofv - 3;
+    rep2 = rep1;
+    rep1 = rep0;
+    rep0 = off;
+    if (SYMBOLIC) tag = (tag << 1) & 7;
+  } else {
+    u32 idx = ofv - 1 + (ll == 0);   // 0..3: rep0, rep1, rep2, rep0 - 1
+    if (idx == 0) {
+      off = rep0;
+      if (SYMBOLIC) sym = tag & 1;
     } else {
-      ofx = bits.read(ofc);
-      mlx = bits.read(mlb);
-      llx = bits.read(llb);
-    }
-    u32 ofv = (1u << ofc) + ofx;
-    u32 ml = zstd_info_base(mli) + mlx;
-    u32 ll = zstd_info_base(lli) + llx;
-    u32 off, sym = 0;
-    if (ofv > 3) {
-      off = ofv - 3;
-      rep2 = rep1;
+      if (SYMBOLIC) sym = idx == 1 ? (tag >> 1) & 1 : idx == 2 ? (tag >> 2) & 1 : tag & 1;
+      // rep0 - 1, where rep0 is the block's first j less d: j less d + 1
+      off = idx == 1 ? rep1 : idx == 2 ? rep2 : SYMBOLIC && sym ? rep0 + 4 : rep0 - 1;
+      if (SYMBOLIC) tag = sym | ((tag & 1) << 1) | (idx == 1 ? tag & 4 : (tag & 2) << 1);
+      if (idx != 1) rep2 = rep1;
       rep1 = rep0;
       rep0 = off;
-      if (SYMBOLIC) tag = (tag << 1) & 7;
-    } else {
-      u32 idx = ofv - 1 + (ll == 0);   // 0..3: rep0, rep1, rep2, rep0 - 1
-      if (idx == 0) {
-        off = rep0;
-        if (SYMBOLIC) sym = tag & 1;
-      } else {
-        if (SYMBOLIC) sym = idx == 1 ? (tag >> 1) & 1 : idx == 2 ? (tag >> 2) & 1 : tag & 1;
-        // rep0 - 1, where rep0 is the block's first j less d: j less d + 1
-        off = idx == 1 ? rep1 : idx == 2 ? rep2 : SYMBOLIC && sym ? rep0 + 4 : rep0 - 1;
-        if (SYMBOLIC) tag = sym | ((tag & 1) << 1) | (idx == 1 ? tag & 4 : (tag & 2) << 1);
-        if (idx != 1) rep2 = rep1;
-        rep1 = rep0;
-        rep0 = off;
-      }
     }
-    if (s + 1 < nseq) {   // the next states: literal length first, then match, then offset (at most 26 bits)
-      if (bits.pos - bits.lo < (i32)n2 && bits.lo > 0) bits.refill();
-      if (bits.pos - bits.lo >= (i32)n2) {
-        u64 v = (bits.win >> (bits.pos - (i32)n2 - bits.lo)) & ((1ull << n2) - 1);
-        of_state = zstd_state_base(ofe, ofn, of_log) + (u32)(v & ((1ull << ofn) - 1));
-        ml_state = zstd_state_base(mle, mln, ml_log) + (u32)((v >> ofn) & ((1ull << mln) - 1));
-        ll_state = zstd_state_base(lle, lln, ll_log) + (u32)(v >> (ofn + mln));
-        bits.pos -= (i32)n2;
-      } else {
-        ll_state = zstd_state_base(lle, lln, ll_log) + bits.read(lln);
-        ml_state = zstd_state_base(mle, mln, ml_log) + bits.read(mln);
-        of_state = zstd_state_base(ofe, ofn, of_log) + bits.read(ofn);
-      }
-    }
-    // Past the stream's start the reads give zeros: harmless, and the
-    // sequences from the first such one on are dropped below.
-    trunc = bits.pos < 0 && trunc == nseq ? s : trunc;
-    if (count >= limit) {   // the count said less (it cannot): the warp refuses the page here
-      r = CHECK_OUTPUT_OVERRUN;
-      break;
-    }
-    u64 flagged = (u64)ll | (SYMBOLIC && sym ? ZSTD_LIST_SYMBOLIC : 0u);
-    list[count++] = flagged | ((u64)ml << 18) | ((u64)(off < ZSTD_LIST_OFF_MAX ? off : ZSTD_LIST_OFF_MAX) << 36);
-    lit_sum += ll;
-    match_sum += ml;
   }
-  p.rep0 = rep0;
-  p.rep1 = rep1;
-  p.rep2 = rep2;
-  tags = tag;
-  if (trunc < count) {
-    count = trunc;
+  if (s + 1 < nseq) {   // the next states: literal length first, then match, then offset (at most 26 bits)
+    if (bits.pos - bits.lo < (i32)n2 && bits.lo > 0) bits.refill();
+    if (bits.pos - bits.lo >= (i32)n2) {
+      u64 v = (bits.win >> (bits.pos - (i32)n2 - bits.lo)) & ((1ull << n2) - 1);
+      of_state = zstd_state_base(ofe, ofn, of_log) + (u32)(v & ((1ull << ofn) - 1));
+      ml_state = zstd_state_base(mle, mln, ml_log) + (u32)((v >> ofn) & ((1ull << mln) - 1));
+      ll_state = zstd_state_base(lle, lln, ll_log) + (u32)(v >> (ofn + mln));
+      bits.pos -= (i32)n2;
+    } else {
+      ll_state = zstd_state_base(lle, lln, ll_log) + bits.read(lln);
+      ml_state = zstd_state_base(mle, mln, ml_log) + bits.read(mln);
+      of_state = zstd_state_base(ofe, ofn, of_log) + bits.read(ofn);
+    }
+  }
+  c.ll_state = ll_state;
+  c.of_state = of_state;
+  c.ml_state = ml_state;
+  c.rep0 = rep0;
+  c.rep1 = rep1;
+  c.rep2 = rep2;
+  c.tag = tag;
+  // Past the stream's start the reads give zeros: harmless, and the
+  // sequences from the first such one on are dropped by zstd_chain_end.
+  c.trunc = bits.pos < 0 && c.trunc == nseq ? s : c.trunc;
+  if (c.count >= c.limit) return CHECK_OUTPUT_OVERRUN;
+  u64 flagged = (u64)ll | (SYMBOLIC && sym ? ZSTD_LIST_SYMBOLIC : 0u);
+  c.list[c.count++] = flagged | ((u64)ml << 18) | ((u64)(off < ZSTD_LIST_OFF_MAX ? off : ZSTD_LIST_OFF_MAX) << 36);
+  c.lit_sum += ll;
+  c.match_sum += ml;
+  c.s = s + 1;
+  return CHECK_OK;
+}
+
+// The verdict on a chain that stopped with `r` (after its last step, or
+// at a full list) for a block with `lit_size` literals whose output may
+// take `room` bytes. c.count ends as the sequences kept: a failure's reason
+// comes after the sequences before it; where the sequences take more
+// literals than the block has or more output than `room`, the warp refuses
+// the one that goes over before it gets to the reason. The stream must be
+// used up exactly. `matched` gets the match bytes of a block that passed.
+GPQ_DEVICE u32 zstd_chain_end(ZstdChain& c, u32 r, u32 lit_size, u32 room, u32& matched) {
+  matched = 0;
+  if (c.trunc < c.count) {
+    c.count = c.trunc;
     return CHECK_TRUNCATED;
   }
   if (r) return r;
-  if (bits.pos != 0) return CHECK_BAD_HEADER;
-  // More literals or output than the block has: the warp refuses the
-  // sequence that goes over (its checks come first).
-  if (lit_sum > lit_size || match_sum > room - lit_size) return CHECK_OUTPUT_OVERRUN;
-  matched = (u32)match_sum;
+  if (c.bits.pos != 0) return CHECK_BAD_HEADER;
+  if (c.lit_sum > lit_size || c.match_sum > room - lit_size) return CHECK_OUTPUT_OVERRUN;
+  matched = (u32)c.match_sum;
   return CHECK_OK;
 }
 
 // The list kernel, one page: its sequence list into list[0, limit); returns
 // the entries written. Each block's list is its count and reason (count |
-// reason << 32), then its sequences.
+// reason << 32), then its sequences. The page's chains run one after
+// another on one thread (only pages of more compressed blocks than
+// ZSTD_APART_MAX, or every page under GPQ_UNZSTD_APART=0, come here).
 GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, const u8* in, u32 in_len, u32 out_len, u64* list,
                               u32 limit) {
   if (in_len == 0) return 0;
@@ -1137,11 +1172,21 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* 
     ZstdLiterals l;
     if (zstd_literals_header(p.in + p.ip, size, room, l) != CHECK_OK) return w;
     if (w >= limit) return w;
-    u32 head = w++, count = 0, matched = 0, tags = 0, at = p.ip + l.section, nseq = 0;
+    u32 head = w++, matched = 0, at = p.ip + l.section, nseq = 0;
+    ZstdChain c;
+    c.count = 0;
     u32 r = zstd_sequence_count(p.in, at, p.block_end, nseq);
-    if (r == CHECK_OK) r = zstd_list_block<false>(tb, ll_info, ml_info, p, at, nseq, room, l.size, list + w, limit - w, count, matched, tags, 0);
-    w += count;
-    list[head] = (u64)count | ((u64)r << 32);
+    if (r == CHECK_OK) {
+      r = zstd_chain_begin<false>(tb, p, at, nseq, list + w, limit - w, c);
+      // Each pass decodes a sequence or stops, and there are c.nseq.
+      while (r == CHECK_OK && c.s < c.nseq) r = zstd_chain_step<false>(c, tb, ll_info, ml_info);
+      if (c.nseq > 0) r = zstd_chain_end(c, r, l.size, room, matched);
+      p.rep0 = c.rep0;
+      p.rep1 = c.rep1;
+      p.rep2 = c.rep2;
+    }
+    w += c.count;
+    list[head] = (u64)c.count | ((u64)r << 32);
     if (r) return w;
     p.op += l.size + matched;
     p.ip = p.block_end;
@@ -1150,22 +1195,22 @@ GPQ_DEVICE u32 zstd_list_page(ZstdSeqTables& tb, const u32* ll_info, const u32* 
 
 // The list kernel, the `block`-th compressed block of a page decoded
 // apart: walks the blocks before it as the counting kernel did (noting
-// where their tables are described), then decodes the block's sequences
-// into its region of the page's list[0, limit): ZSTD_LIST_HEADS heads
-// (count | region << 24 | reason << 48; rep0 | rep1 << 32; rep2 | tags <<
-// 32, the repeat offsets after the block), then its sequences. The output
-// position is not known here, so the block may take its largest size; the
-// warp checks every sequence against the real output before it writes.
-// Marks the block done in `written` once its region is complete.
-GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32* ml_info, const u8* in, u32 in_len, u64* list, u32 limit,
-                                u32 block, u64* written, unsigned lanes) {
+// where their tables are described), then starts the block's chain, its
+// sequences to go into its region of the page's list[0, limit):
+// ZSTD_LIST_HEADS heads, then its sequences (see zstd_apart_end). The
+// output position is not known here, so the block may take its largest
+// size (`room`); the warp checks every sequence against the real output
+// before it writes. False where the page has no such block (nothing is
+// written then); else `r` is the verdict so far (CHECK_OK: run the chain's
+// c.nseq steps).
+GPQ_DEVICE bool zstd_apart_begin(ZstdSeqTables& tb, const u8* in, u32 in_len, u64* list, u32 limit, u32 block, ZstdChain& c, u64*& heads,
+                                 u32& cap, u32& lit_size, u32& room, u32& r) {
   ZstdPage p;
   zstd_start_page(p, in, in_len, 0xFFFFFFFFu);
-  u32 k = 0, region = 0, r = CHECK_OK, nseq = 0, at = 0, cap = 0;
+  u32 k = 0, region = 0, nseq = 0, at = 0;
   bool found = false;
-  // The walk to the block. The block's sequences are decoded after the
-  // walk's loop, not inside it: threads of a warp whose walks end after
-  // different numbers of blocks meet there, and decode side by side.
+  r = CHECK_OK;
+  cap = 0;
   // Each pass consumes 3 bytes of input or more, or stops.
   while (in_len > 0 && block < ZSTD_APART_MAX) {
     u32 type = ZSTD_END;
@@ -1183,43 +1228,57 @@ GPQ_DEVICE void zstd_list_apart(ZstdSeqTables& tb, const u32* ll_info, const u32
     k++;
     p.ip = p.block_end;
   }
-  if (!found) {
-    __syncwarp(lanes);
-    return;
-  }
-  u64* heads = list + region;
-  u32 count = 0, matched = 0, tags = 7;
-  p.rep0 = 0;
-  p.rep1 = 1;
-  p.rep2 = 2;
+  if (!found) return false;
+  heads = list + region;
+  room = p.block_max;
+  lit_size = 0;
+  c.s = c.nseq = c.count = 0;
+  c.rep0 = 0;
+  c.rep1 = 1;
+  c.rep2 = 2;
+  c.tag = 7;
   if (r == CHECK_OK) {
     ZstdLiterals l;
     zstd_literals_header(p.in + p.ip, p.block_end - p.ip, p.block_max, l);   // passed in the walk
-    r = zstd_list_block<true>(tb, ll_info, ml_info, p, at, nseq, p.block_max, l.size, heads + ZSTD_LIST_HEADS, cap - ZSTD_LIST_HEADS, count,
-                              matched, tags, lanes);
-  } else {
-    __syncwarp(lanes);
+    lit_size = l.size;
+    r = zstd_chain_begin<true>(tb, p, at, nseq, heads + ZSTD_LIST_HEADS, cap - ZSTD_LIST_HEADS, c);
   }
-  heads[0] = (u64)count | ((u64)cap << 24) | ((u64)r << 48);
-  heads[1] = (u64)p.rep0 | ((u64)p.rep1 << 32);
-  heads[2] = (u64)p.rep2 | ((u64)tags << 32);
+  return true;
+}
+
+// Ends a block decoded apart whose chain stopped with `r`: its heads (count
+// | region << 24 | reason << 48; rep0 | rep1 << 32; rep2 | tags << 32, the
+// repeat offsets after the block), then marks the block done in `written`
+// (the warp reads a block's list only once its bit is set).
+GPQ_DEVICE void zstd_apart_end(ZstdChain& c, u32 r, u64* heads, u32 cap, u32 lit_size, u32 room, u64* written, u32 block) {
+  u32 matched = 0;
+  if (c.nseq > 0) r = zstd_chain_end(c, r, lit_size, room, matched);   // (else no chain ran: `r` is the verdict)
+  heads[0] = (u64)c.count | ((u64)cap << 24) | ((u64)r << 48);
+  heads[1] = (u64)c.rep0 | ((u64)c.rep1 << 32);
+  heads[2] = (u64)c.rep2 | ((u64)c.tag << 32);
   atomicOr((unsigned long long*)written, (unsigned long long)(ZSTD_LIST_APART | (1ull << block)));
 }
 
 // Work items [item_first, item_last) of `items` (page | block << 32, see
 // ZSTD_ITEM_PAGE; the host puts the longest first, so that a long chain
 // starts early and the short ones fill in around it), of pages [first,
-// last): each thread takes the next item from the counter `next_item`
-// until none is left, its block's threads in step: a round of items ends
-// for all of them together, so that they run the sequence loop side by
-// side (threads that drift apart would each issue the loop alone). Page i's list is list[offsets[i] - offsets[first],
-// offsets[i + 1] - offsets[first]); written[i] (zeroed by the host) gets
-// the entries written, or for a page decoded apart ZSTD_LIST_APART and its
-// blocks' bits (the warp reads no further). `profile` is null, or 2 u64s
-// that get the items' clock cycles summed and the longest item's
-// (GPQ_UNZSTD_PROFILE=1). Blocks of UNZSTD_LIST_THREADS threads: their
-// tables take 44 KB of shared memory, within the 48 KB a block has without
-// asking the driver for more.
+// last). Page i's list is list[offsets[i] - offsets[first], offsets[i + 1]
+// - offsets[first]); written[i] (zeroed by the host) gets the entries
+// written, or for a page decoded apart ZSTD_LIST_APART and its blocks' bits
+// (the warp reads no further). `profile` is null, or 2 u64s that get the
+// items' clock cycles summed and the longest item's (GPQ_UNZSTD_PROFILE=1).
+//
+// The threads of a block (one warp) run their chains side by side: each
+// pass of the kernel's loop, every thread that holds a chain decodes up to
+// ZSTD_CHAIN_STEPS sequences of it, together, and a thread whose chain has
+// ended first takes the next item off the counter `next_item` and starts
+// its chain (a whole page's item it decodes there and then: such pages are
+// rare). So a thread is never idle while items are left, and the steps of
+// all threads issue as one warp instruction: threads that decode their
+// chains on their own each issue them alone. Blocks of UNZSTD_LIST_THREADS
+// threads: their tables take 44 KB of shared memory, within the 48 KB a
+// block has without asking the driver for more.
+#define ZSTD_CHAIN_STEPS 4
 extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
     gpq_unzstd_sequences(const u64* args, u32 num_pages, const u64* items, u32 item_first, u32 item_last, u32 first, u32 last,
                          const u64* offsets, u64* list, u64* written, u32* next_item, u64* profile) {
@@ -1238,38 +1297,73 @@ extern "C" __global__ void __launch_bounds__(UNZSTD_LIST_THREADS)
   ZstdSeqTables tb = {(u16*)mine, (u16*)mine + 512, (u16*)mine + 1024, (i16*)(mine + 640), (u16*)(mine + 668)};
   u64 base = offsets[first];
   const unsigned lanes = (1u << UNZSTD_LIST_THREADS) - 1;   // the block: one warp, its first lanes
-  // Each round takes an item a thread off the counter while there are
-  // items, and there are item_last - item_first: the rounds end.
+  const u32 n_items = item_last - item_first;
+  ZstdChain c;
+  c.s = c.nseq = 0;
+  u64* heads = nullptr;
+  u64* page_written = nullptr;
+  u32 cap = 0, lit_size = 0, room = 0, block = 0;
+  u64 start = 0;
+  bool busy = false, done = false;
+  // Each pass either takes items off the counter (there are n_items) or
+  // runs a step of every chain held (each has c.nseq steps): the loop ends,
+  // for all threads together.
   for (;;) {
-    u32 k = atomicAdd(next_item, 1u);
-    bool have = k < item_last - item_first;
-    if (!__any_sync(lanes, have)) break;
-    u64 item = have ? items[item_first + k] : 0;
-    u32 i = (u32)item, block = (u32)(item >> 32);
-    const u8* in;
-    u8* out;
-    u32 in_len, out_len;
-    u64 start = profile ? (u64)clock64() : 0;
-    // (the host's items are the round's pages' only)
-    bool mine = have && i >= first && i < last && zstd_page_args(args, num_pages, i, in, in_len, out_len, out);
-    u32 limit = mine ? (u32)(offsets[i + 1] - offsets[i]) : 0;
-    u64* page_list = mine ? list + (offsets[i] - base) : list;
-    // Each thread passes one __syncwarp here or in zstd_list_apart, just
-    // before its sequence loop.
-    if (mine && block != ZSTD_ITEM_PAGE) {
-      zstd_list_apart(tb, ll_info, ml_info, in, in_len, page_list, limit, block, written + i, lanes);
-    } else {
-      __syncwarp(lanes);
-      if (mine) written[i] = zstd_list_page(tb, ll_info, ml_info, in, in_len, out_len, page_list, limit);
-    }
-    if (mine) {
+    // A thread without a chain takes items until one leaves it a chain to
+    // run, or none is left. (No warp barrier in here: the threads that come
+    // in are not all of them.)
+    while (!busy && !done) {
+      u32 k = atomicAdd(next_item, 1u);
+      if (k >= n_items) {
+        done = true;
+        break;
+      }
+      u64 item = items[item_first + k];
+      u32 i = (u32)item;
+      block = (u32)(item >> 32);
+      const u8* in;
+      u8* out;
+      u32 in_len, out_len;
+      start = profile ? (u64)clock64() : 0;
+      // (the host's items are the round's pages' only)
+      if (i < first || i >= last || !zstd_page_args(args, num_pages, i, in, in_len, out_len, out)) continue;
+      u32 limit = (u32)(offsets[i + 1] - offsets[i]);
+      u64* page_list = list + (offsets[i] - base);
+      page_written = written + i;
+      if (block == ZSTD_ITEM_PAGE) {
+        *page_written = zstd_list_page(tb, ll_info, ml_info, in, in_len, out_len, page_list, limit);
+      } else {
+        u32 r = CHECK_OK;
+        if (!zstd_apart_begin(tb, in, in_len, page_list, limit, block, c, heads, cap, lit_size, room, r)) continue;
+        if (r == CHECK_OK && c.nseq > 0) {
+          busy = true;
+          break;
+        }
+        zstd_apart_end(c, r, heads, cap, lit_size, room, page_written, block);
+      }
       if (profile) {   // a measuring aid: cycles summed over the items, and the longest item's
         u64 cycles = (u64)clock64() - start;
         atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
         atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
       }
     }
-    __syncwarp(lanes);
+    if (!__any_sync(lanes, busy)) break;
+    if (busy) {
+      u32 r = CHECK_OK;
+#pragma unroll
+      for (u32 q = 0; q < ZSTD_CHAIN_STEPS; q++) {
+        if (r == CHECK_OK && c.s < c.nseq) r = zstd_chain_step<true>(c, tb, ll_info, ml_info);
+      }
+      if (r != CHECK_OK || c.s == c.nseq) {
+        zstd_apart_end(c, r, heads, cap, lit_size, room, page_written, block);
+        busy = false;
+        if (profile) {
+          u64 cycles = (u64)clock64() - start;
+          atomicAdd((unsigned long long*)&profile[0], (unsigned long long)cycles);
+          atomicMax((unsigned long long*)&profile[1], (unsigned long long)cycles);
+        }
+      }
+    }
   }
 }
 
