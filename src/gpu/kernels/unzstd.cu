@@ -22,14 +22,16 @@
 //   its sequences into the list: (literal length, match length, offset).
 //   Decoding a block's sequences is one chain of dependent steps; with a
 //   thread per item, thousands of such chains run side by side, where a
-//   warp per page would issue every step for one lane. An item is a whole
-//   page, or one compressed block of a page of several (blocks decoded
-//   apart): the kernel's time is its longest chain, and a page of many
-//   blocks would otherwise be one long chain. A block decoded apart walks
-//   the blocks before it for the tables it repeats and leaves the repeat
-//   offsets it inherits symbolic, for the warp to resolve. Threads take the
-//   items longest first, so that the kernel ends soon after its longest
-//   chain.
+//   warp per page would issue every step for one lane. An item is one
+//   compressed block of a page (blocks decoded apart; a page of more than
+//   ZSTD_APART_MAX blocks is one item): the kernel's time is its longest
+//   chain, and a page of many blocks would otherwise be one long chain. A
+//   block decoded apart walks the blocks before it for the tables it
+//   repeats and leaves the repeat offsets it inherits symbolic, for the
+//   warp to resolve. Threads take the items longest first, so that the
+//   kernel ends soon after its longest chain, and the threads of a warp
+//   step their chains together: one whose chain ends takes the next item
+//   at once, while the others go on.
 // - gpq_unzstd, a warp per page, decodes the literals (up to four lanes
 //   decode the Huffman streams side by side, from windows the warp stages
 //   in shared memory), then checks and executes the page's sequences from
@@ -272,14 +274,14 @@ struct ZstdAheadBits {
     u32 at = (u32)(p - base) + (u32)start;
     i32 j = (i32)(at >> 3);
     u32 sh = 8 * (at & 7);
-    if (j == k - 1) {
-      w1 = w0;
-      w0 = ahead;
-      ahead = word(j - 1);
-      k = j;
-    } else if (j != k) {
-      w0 = word(j);
-      w1 = word(j + 1);
+    if (j != k) {
+      if (j == k - 1) {
+        w1 = w0;
+        w0 = ahead;
+      } else {
+        w0 = word(j);
+        w1 = word(j + 1);
+      }
       ahead = word(j - 1);
       k = j;
     }
