@@ -25,7 +25,14 @@
 # DEVICE_BUNDLES (default core,df; or core, python, bench, combo) picks the bundles;
 # other bundles already staged are kept.
 # SKIP_BENCHES=1 skips the criterion benches (a build of its own).
-# CLI_FEATURES=datafusion builds the CLI without Ballista (stage ballista-gpus needs it).
+# CLI_FEATURES=datafusion builds the CLI without Ballista (stage ballista-gpus needs it);
+# CLI_FEATURES=none without DataFusion either: `gpq read`, `gen`, `inspect`, `demo`
+# and the IO benchmarks only, about 7 MB compressed (the DataFusion CLI about 28),
+# so that one core bundle holds the CLI, the fuzzer and three test binaries:
+#   CLI_FEATURES=none DEVICE_BUNDLES=core DEVICE_CORE_TESTS="hostile decode_gpu corrupt_gpu" \
+#     DEVICE_CORE_FUZZ=1 SKIP_BENCHES=1 bash scripts/device-test.sh
+# (about 40 MB: stages page-checks, debug-read, fuzz and tests, and
+# scripts/device-sanitize.sh, from one bundle).
 # run.sh takes stages (see scripts/device-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +57,8 @@ if [ "$bundles" = combo ]; then
   DEVICE_CORE_TESTS=${DEVICE_CORE_TESTS:-aggregate_gpu filter_gpu decode_gpu}
 fi
 if [ $core_only = 1 ]; then :
+elif [ "${CLI_FEATURES:-}" = none ]; then
+  cargo build --release -p gpq-cli --no-default-features
 elif [ -n "${CLI_FEATURES:-}" ]; then
   cargo build --release -p gpq-cli --no-default-features --features "$CLI_FEATURES"
 else
