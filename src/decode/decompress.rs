@@ -21,8 +21,7 @@
 //! nvCOMP nor a check in front (`ReadOptions::zstd_decoder` can choose nvCOMP).
 //! It decodes each compressed block's sequences into a list first (a
 //! thread a block), then the pages from their lists (a warp a page); the
-//! lists take device
-//! memory in proportion to the sequences (8 bytes each), at most
+//! lists take device memory in proportion to the sequences (8 bytes each), at most
 //! `GPQ_UNZSTD_LIST_BYTES` at once (a batch whose lists need more goes in
 //! rounds), and less where the read's budget has less room.
 //! GZIP pages cannot be checked completely on the device, so they go to
