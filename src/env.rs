@@ -10,7 +10,7 @@
 //! | `GPQ_IO`, `GPQ_IO_THREADS`, `GPQ_IO_TASK_SIZE`, `GPQ_IO_DIRECT`, `GPQ_DECOMPRESS`, `GPQ_DEVICE` | per-read options, only through `ReadOptions::from_env` | see [`IoOptions`](crate::IoOptions) |
 //! | `GPQ_DEVICE_MEMORY_LIMIT` (bytes, `k`/`M`/`G` suffixes), `GPQ_SKIP_PAGE_CHECKS=1` | [`ReadOptions::device_memory_limit`](crate::ReadOptions::device_memory_limit), [`ReadOptions::skip_compressed_page_checks`](crate::ReadOptions::skip_compressed_page_checks) (for measuring only) | none, off |
 //! | `GPQ_VERIFY_PAGE_CHECKSUMS=1` | [`ReadOptions::verify_page_checksums`](crate::ReadOptions::verify_page_checksums) | off |
-//! | `GPQ_ZSTD_DECODER` (`gpq`, `nvcomp`) | [`ReadOptions::zstd_decoder`](crate::ReadOptions::zstd_decoder) | `gpq` |
+//! | `GPQ_ZSTD_DECODER`, `GPQ_SNAPPY_DECODER` (`gpq`, `nvcomp`) | [`ReadOptions::zstd_decoder`](crate::ReadOptions::zstd_decoder), [`ReadOptions::snappy_decoder`](crate::ReadOptions::snappy_decoder) | ZSTD: `gpq`; SNAPPY: nvCOMP where it loads, else `gpq` |
 //! | `GPQ_KERNELS` | where the kernels come from: `auto` (the prebuilt cubin of the device's architecture, else NVRTC, else the prebuilt PTX), `jit` (always NVRTC, for kernel development), `ptx` (always the prebuilt PTX, for testing that path) or `file:PATH` (the cubin or PTX in that file, `.zst`-compressed or not: another version of the kernels, for comparing two in one run) | `auto` |
 //! | `GPQ_KERNEL_CACHE` | directory of kernels compiled by NVRTC | `$XDG_CACHE_HOME/gpq/kernels`, else `$HOME/.cache/gpq/kernels`, else no cache |
 //! | `GPQ_NVCOMP_LIB` | absolute path of `libnvcomp.so.6` | the loader path, then known install locations (see [`crate::decode`]) |
@@ -103,6 +103,9 @@ fn read_options() -> Result<ReadOptions> {
     }
     if let Some(v) = var("GPQ_ZSTD_DECODER") {
         o.zstd_decoder = v.parse()?;
+    }
+    if let Some(v) = var("GPQ_SNAPPY_DECODER") {
+        o.snappy_decoder = Some(v.parse()?);
     }
     Ok(o)
 }

@@ -180,27 +180,32 @@ pub enum DecompressMode {
     Cpu,
 }
 
-/// Who decompresses ZSTD pages on the device ([`ReadOptions::zstd_decoder`]).
+/// Who decompresses pages of a codec gpq has a device decoder of its own for
+/// ([`ReadOptions::zstd_decoder`], [`ReadOptions::snappy_decoder`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ZstdDecoder {
+pub enum DeviceDecoder {
     /// gpq's own decoder: it checks every step of the format as it decodes,
     /// so no input can make it read or write out of bounds or run on; a page
     /// it does not accept goes to the CPU decoder, whose verdict stands.
     #[default]
     Gpq,
-    /// nvCOMP, which trusts its input: in the worker process while page
-    /// checks are on, in this process when
+    /// nvCOMP, which trusts its input: SNAPPY pages behind the device's
+    /// structural check; ZSTD pages in the worker process while page checks
+    /// are on, in this process when
     /// [`ReadOptions::skip_compressed_page_checks`] is set.
     Nvcomp,
 }
 
-impl std::str::FromStr for ZstdDecoder {
+/// The name [`DeviceDecoder`] had when only ZSTD had a decoder of gpq's own.
+pub type ZstdDecoder = DeviceDecoder;
+
+impl std::str::FromStr for DeviceDecoder {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "gpq" | "" => Ok(ZstdDecoder::Gpq),
-            "nvcomp" => Ok(ZstdDecoder::Nvcomp),
-            o => Err(Error::InvalidOptions(format!("unknown ZSTD decoder {o:?}; expected gpq or nvcomp"))),
+            "gpq" | "" => Ok(DeviceDecoder::Gpq),
+            "nvcomp" => Ok(DeviceDecoder::Nvcomp),
+            o => Err(Error::InvalidOptions(format!("unknown device decoder {o:?}; expected gpq or nvcomp"))),
         }
     }
 }
@@ -236,7 +241,8 @@ pub struct ReadOptions {
     /// `None`: bounded only by the device (and by what the file's footer
     /// can justify, which every read checks).
     pub device_memory_limit: Option<u64>,
-    /// Trust the compressed pages: hand SNAPPY and LZ4_RAW pages to nvCOMP
+    /// Trust the compressed pages: hand LZ4_RAW pages (and SNAPPY pages
+    /// where [`snappy_decoder`](Self::snappy_decoder) is nvCOMP) to nvCOMP
     /// without the device's structural check, and decompress GZIP pages
     /// (which gpq cannot check on the device) with nvCOMP in this process
     /// instead of in the isolated worker process (or on the CPU where there
@@ -247,7 +253,13 @@ pub struct ReadOptions {
     pub skip_compressed_page_checks: bool,
     /// Who decompresses ZSTD pages on the device: gpq's own checked decoder
     /// (the default) or nvCOMP.
-    pub zstd_decoder: ZstdDecoder,
+    pub zstd_decoder: DeviceDecoder,
+    /// Who decompresses SNAPPY pages on the device. `None` (the default):
+    /// nvCOMP behind the device's structural check where nvCOMP loads, else
+    /// gpq's own checked decoder (a block a page; the CPU still takes a
+    /// batch estimated faster there). `Some` names one: with nvCOMP where
+    /// it does not load, the pages go to the CPU.
+    pub snappy_decoder: Option<DeviceDecoder>,
     /// Verify the CRC-32 that writers may put in page headers, on the
     /// device, before decompression; a page that disagrees fails the read
     /// with [`CorruptKind::ChecksumMismatch`](crate::CorruptKind::ChecksumMismatch).
@@ -262,7 +274,7 @@ pub struct ReadOptions {
     /// [`OVERLAP_MAX_GROUPS`], none for a read of less than two groups' bytes.
     /// `Some(1)` reads in one group. Reads cut to a row window always read in
     /// one group. A read whose pages go to the nvCOMP worker process (GZIP, or
-    /// ZSTD with [`ZstdDecoder::Nvcomp`], with page checks on) chooses at most [`OVERLAP_MAX_WORKER_GROUPS`]:
+    /// ZSTD with [`DeviceDecoder::Nvcomp`], with page checks on) chooses at most [`OVERLAP_MAX_WORKER_GROUPS`]:
     /// the worker's context and this one share the GPU by time slices, and
     /// more groups measured slower (BENCHMARKS.md section 5.8).
     pub overlap_groups: Option<usize>,
@@ -354,8 +366,14 @@ impl ReadOptions {
     }
 
     /// Choose who decompresses ZSTD pages on the device.
-    pub fn with_zstd_decoder(mut self, decoder: ZstdDecoder) -> Self {
+    pub fn with_zstd_decoder(mut self, decoder: DeviceDecoder) -> Self {
         self.zstd_decoder = decoder;
+        self
+    }
+
+    /// Choose who decompresses SNAPPY pages on the device.
+    pub fn with_snappy_decoder(mut self, decoder: DeviceDecoder) -> Self {
+        self.snappy_decoder = Some(decoder);
         self
     }
 

@@ -40,7 +40,7 @@ impl IoStats {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DecompressStats {
     /// Pages decompressed on the device: by nvCOMP, or by gpq's own ZSTD
-    /// decoder (`device_zstd_pages` of them).
+    /// and SNAPPY decoders (`device_zstd_pages` and `device_snappy_pages` of them).
     pub gpu_pages: usize,
     /// Pages decompressed on the CPU.
     pub cpu_pages: usize,
@@ -62,15 +62,19 @@ pub struct DecompressStats {
     /// Of `gpu_pages`, the ZSTD pages gpq's own checked decoder took (those
     /// it refused went to the CPU and count in `cpu_pages` and `check_rejected`).
     pub device_zstd_pages: usize,
+    /// Of `gpu_pages`, the SNAPPY pages gpq's own checked decoder took
+    /// (those it refused went to the CPU likewise).
+    pub device_snappy_pages: usize,
 }
 
 impl DecompressStats {
-    /// Who decompressed: `none`, or `nvcomp`, `gpq` (gpq's ZSTD decoder),
+    /// Who decompressed: `none`, or `nvcomp`, `gpq` (gpq's ZSTD and SNAPPY decoders),
     /// `nvcomp+gpq` and `cpu` joined by `+` for those that took pages
     /// (e.g. `gpq+cpu`: pages the decoder refused went to the CPU).
     pub fn path(&self) -> &'static str {
-        let nvcomp = self.gpu_pages > self.device_zstd_pages;
-        let gpq = self.device_zstd_pages > 0;
+        let own = self.device_zstd_pages + self.device_snappy_pages;
+        let nvcomp = self.gpu_pages > own;
+        let gpq = own > 0;
         match (nvcomp, gpq, self.cpu_pages > 0) {
             (false, false, false) => "none",
             (true, false, false) => "nvcomp",
@@ -163,12 +167,18 @@ impl ReadStats {
         let io = self.io.as_ref();
         let checksums =
             if self.checksummed_pages > 0 { format!(", {} page checksums verified", self.checksummed_pages) } else { String::new() };
-        let isolated = match (self.decompression.isolated_pages, self.decompression.device_zstd_pages) {
-            (0, 0) => String::new(),
-            (n, 0) => format!(", {n} of them in the nvCOMP worker"),
-            (0, z) => format!(", {z} of them by gpq's ZSTD decoder"),
-            (n, z) => format!(", {n} of them in the nvCOMP worker, {z} by gpq's ZSTD decoder"),
-        };
+        let d = &self.decompression;
+        let mut by: Vec<String> = Vec::new();
+        if d.isolated_pages > 0 {
+            by.push(format!("{} in the nvCOMP worker", d.isolated_pages));
+        }
+        if d.device_zstd_pages > 0 {
+            by.push(format!("{} by gpq's ZSTD decoder", d.device_zstd_pages));
+        }
+        if d.device_snappy_pages > 0 {
+            by.push(format!("{} by gpq's SNAPPY decoder", d.device_snappy_pages));
+        }
+        let isolated = if by.is_empty() { String::new() } else { format!(", {} of them", by.join(", ")) };
         let setup = if self.setup.context.is_zero() && self.setup.kernels.is_zero() {
             String::new()
         } else {

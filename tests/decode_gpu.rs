@@ -15,7 +15,7 @@ use arrow::datatypes::*;
 use common::{Nulls, Rng, arrow_rs, gpu_trial, probe_device, run_trials};
 use gpq::arrow::PinnedHostPool;
 use gpq::cuda::GpuContext;
-use gpq::{DecompressMode, Error, ReadOptions, read_parquet_to_device};
+use gpq::{DecompressMode, DeviceDecoder, Error, ReadOptions, read_parquet_to_device};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, GzipLevel, ZstdLevel};
 use parquet::file::properties::{WriterProperties, WriterVersion};
@@ -111,11 +111,13 @@ fn worker_expected(ctx: &GpuContext) -> bool {
 
 /// Asserts which decompressor handled a file of `codec` by default. ZSTD
 /// pages go to gpq's own checked decoder on the device (the emulator's
-/// too); GZIP pages cannot be checked completely on the device, so they go
-/// to nvCOMP in the worker process, or to the CPU where there is none.
+/// too); SNAPPY and LZ4_RAW pages to nvCOMP behind the device check, and
+/// SNAPPY pages to gpq's own decoder where there is no nvCOMP (the
+/// emulator); GZIP pages cannot be checked completely on the device, so
+/// they go to nvCOMP in the worker process, or to the CPU where there is none.
 fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::DecompressStats) {
-    let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::LZ4_RAW);
-    let own_zstd = matches!(codec, Compression::ZSTD(_));
+    let nvcomp_codec = matches!(codec, Compression::LZ4_RAW) || (codec == Compression::SNAPPY && nvcomp_expected(ctx));
+    let own_zstd = matches!(codec, Compression::ZSTD(_)) || (codec == Compression::SNAPPY && !nvcomp_expected(ctx));
     let isolated_codec = matches!(codec, Compression::GZIP(_));
     // By default a batch of few large pages goes to the CPU, where it is
     // estimated faster (`large_pages_go_to_the_cpu_by_default`).
@@ -131,7 +133,8 @@ fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::Decom
         }
         _ if own_zstd => {
             assert!(stats.gpu_pages > 0, "{codec:?}: nothing went to gpq's decoder: {stats:?}");
-            assert_eq!(stats.device_zstd_pages, stats.gpu_pages, "{codec:?}: not all by gpq's decoder: {stats:?}");
+            let own = if codec == Compression::SNAPPY { stats.device_snappy_pages } else { stats.device_zstd_pages };
+            assert_eq!(own, stats.gpu_pages, "{codec:?}: not all by gpq's decoder: {stats:?}");
             assert_eq!((stats.cpu_pages, stats.isolated_pages, stats.check_rejected), (0, 0, 0), "{codec:?}: {stats:?}");
             assert!(stats.fallback.is_none(), "{codec:?}: {stats:?}");
         }
@@ -444,8 +447,17 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
             assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.device_zstd_pages == d.gpu_pages, "{codec:?} trusted: {d:?}");
         }
         // Forcing the device where it cannot serve (or not safely) is an error, not a silent fallback.
-        // gpq's ZSTD decoder serves ZSTD wherever there is a device; nvCOMP serves SNAPPY where it is.
+        // gpq's ZSTD and SNAPPY decoders serve wherever there is a device; nvCOMP serves SNAPPY where it is.
         let forced = read_parquet_to_device(&path, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp));
+        let served = matches!(codec, Compression::ZSTD(_) | Compression::SNAPPY);
+        match forced {
+            Ok(t) if served => assert_eq!(t.stats().decompression.cpu_pages, 0),
+            Ok(t) => panic!("{codec:?}: nvCOMP forced, but {:?}", t.stats().decompression),
+            Err(Error::Nvcomp(_)) => assert!(!served, "{codec:?}: the device refused"),
+            Err(e) => panic!("{codec:?}: expected an nvCOMP error, got {e}"),
+        }
+        let nvcomp_snappy = ReadOptions::new().with_decompress(DecompressMode::Nvcomp).with_snappy_decoder(DeviceDecoder::Nvcomp);
+        let forced = read_parquet_to_device(&path, &nvcomp_snappy);
         let served = matches!(codec, Compression::ZSTD(_)) || (matches!(codec, Compression::SNAPPY) && nvcomp_expected(ctx));
         match forced {
             Ok(t) if served => assert_eq!(t.stats().decompression.cpu_pages, 0),
@@ -456,10 +468,12 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
     }
 }
 
-/// nvCOMP takes a page's whole length at one warp's pace, so a file of a
-/// few 1 MiB pages is decompressed on the CPU by default (the statistics say
-/// why), and by nvCOMP when it is asked for; many small pages stay on nvCOMP.
-/// All three read what arrow-rs reads.
+/// A device decoder takes a page's whole length at one block's (gpq's
+/// SNAPPY decoder) or one warp's (nvCOMP) pace, so a file of a few 1 MiB
+/// pages is decompressed on the CPU by default (the statistics say why), and
+/// on the device when that is asked for; many small pages stay on the
+/// device: nvCOMP's where it is, gpq's decoder where not. Every read gives
+/// what arrow-rs reads.
 fn large_pages_go_to_the_cpu_by_default(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let rows = if ctx.is_emulated() { 200_000 } else { 1_000_000 };
@@ -482,17 +496,21 @@ fn large_pages_go_to_the_cpu_by_default(ctx: &Arc<GpuContext>) {
     };
     let large = write("large-pages.parquet", 1 << 20);
     let small = write("small-pages.parquet", 8 << 10);
-    let d = assert_same(&large, &ReadOptions::new()).stats().decompression.clone();
-    if !nvcomp_expected(ctx) {
-        assert_eq!(d.gpu_pages, 0, "{d:?}");
-        return;
+    let device = ReadOptions::new().with_decompress(DecompressMode::Nvcomp);
+    let own = device.clone().with_snappy_decoder(DeviceDecoder::Gpq);
+    for path in [&large, &small] {
+        let d = assert_same(path, &own).stats().decompression.clone();
+        assert!(d.gpu_pages > 0 && d.device_snappy_pages == d.gpu_pages && d.cpu_pages == 0, "gpq's decoder asked for: {d:?}");
     }
+    let d = assert_same(&large, &ReadOptions::new()).stats().decompression.clone();
     assert!(d.cpu_pages > 0 && d.gpu_pages == 0, "few large pages: {d:?}");
     assert!(d.fallback.as_deref().is_some_and(|f| f.contains("estimated faster on the CPU")), "{d:?}");
-    let d = assert_same(&large, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp)).stats().decompression.clone();
-    assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.fallback.is_none(), "nvCOMP asked for: {d:?}");
+    let d = assert_same(&large, &device).stats().decompression.clone();
+    assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.fallback.is_none(), "the device asked for: {d:?}");
     let d = assert_same(&small, &ReadOptions::new()).stats().decompression.clone();
     assert!(d.gpu_pages > 100 && d.cpu_pages == 0 && d.fallback.is_none(), "many small pages: {d:?}");
+    let by_gpq = if nvcomp_expected(ctx) { 0 } else { d.gpu_pages };
+    assert_eq!(d.device_snappy_pages, by_gpq, "nvCOMP where it is, gpq's decoder where not: {d:?}");
 }
 
 fn projections_and_row_groups(ctx: &Arc<GpuContext>) {

@@ -23,6 +23,7 @@ fn main() -> ExitCode {
     let mut trials = vec![
         gpu_trial(&device, "snappy_check_agrees_with_the_cpu_decoder", snappy_check_agrees_with_the_cpu_decoder),
         gpu_trial(&device, "snappy_check_reasons_match_a_sequential_walk", snappy_check_reasons_match_a_sequential_walk),
+        gpu_trial(&device, "snappy_decoder_agrees_with_snap", snappy_decoder_agrees_with_snap),
         gpu_trial(&device, "lz4_check_accepts_only_what_decodes", lz4_check_accepts_only_what_decodes),
         gpu_trial(&device, "zstd_check_accepts_every_valid_frame", zstd_check_accepts_every_valid_frame),
         gpu_trial(&device, "zstd_decoder_agrees_with_the_library", zstd_decoder_agrees_with_the_library),
@@ -184,7 +185,24 @@ fn snappy_reference_verdict(b: &[u8], out_len: u64) -> u32 {
 /// copies of them: the chunk walks and their warm-ups find the same first
 /// failing tag as the walk does.
 fn snappy_check_reasons_match_a_sequential_walk(ctx: &Arc<GpuContext>) {
-    let mut r = Rng::new(11);
+    let cases = snappy_cases(&mut Rng::new(11), 80);
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _)| (b.as_slice(), *n)).collect();
+    let verdicts = gpq::decode::check_compressed_pages(&stream(ctx), Compression::SNAPPY, &pages).unwrap();
+    let mut by_reason = [0usize; 7];
+    for (k, ((bytes, promised, _), v)) in cases.iter().zip(&verdicts).enumerate() {
+        let want = snappy_reference_verdict(bytes, *promised);
+        assert_eq!(*v, want, "case {k} ({} bytes, promised {promised})", bytes.len());
+        by_reason[want.min(6) as usize] += 1;
+    }
+    eprintln!("snappy reasons: {} cases, by reason (ok, truncated, overrun, offset, size, header, unsupported): {by_reason:?}", cases.len());
+    assert!(by_reason[0] > 30 && by_reason[1] > 30 && by_reason[2] > 30 && by_reason[3] > 30 && by_reason[4] > 30, "every reason is exercised");
+}
+
+/// SNAPPY streams of every shape (long literals, long runs of copies, pages
+/// of many spans and windows) as `snap` writes them, each with `mutations`
+/// mutated copies: (bytes, promised size, the input an unmutated stream
+/// must give).
+fn snappy_cases(r: &mut Rng, mutations: usize) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
     let mut inputs = inputs();
     for n in 0..24u64 {
         let target = 1 + r.below(if n % 4 == 0 { 300_000 } else { 40_000 }) as usize;
@@ -200,31 +218,46 @@ fn snappy_check_reasons_match_a_sequential_walk(ctx: &Arc<GpuContext>) {
         v.truncate(target);
         inputs.push(v);
     }
-    let mut cases: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut cases = Vec::new();
     for input in &inputs {
         let c = snap::raw::Encoder::new().compress_vec(input).unwrap();
         let len = input.len() as u64;
-        cases.push((c.clone(), len));
-        for _ in 0..80 {
-            let (mut m, promised) = mutate(&mut r, &c, len);
+        cases.push((c.clone(), len, Some(input.clone())));
+        for _ in 0..mutations {
+            let (mut m, promised) = mutate(r, &c, len);
             // Also a byte inserted: every later tag shifts, which the chunk
             // walks must find again.
             if r.below(4) == 0 {
                 m.insert(r.below(m.len() as u64 + 1) as usize, r.next() as u8);
             }
-            cases.push((m, promised));
+            cases.push((m, promised, None));
         }
     }
-    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n)| (b.as_slice(), *n)).collect();
-    let verdicts = gpq::decode::check_compressed_pages(&stream(ctx), Compression::SNAPPY, &pages).unwrap();
+    cases
+}
+
+/// gpq's own SNAPPY decoder: every stream `snap` wrote decodes to its
+/// input; on mutated copies its verdict is the sequential walk's (the
+/// device check's), and what it accepts decodes to the bytes `snap` gives.
+fn snappy_decoder_agrees_with_snap(ctx: &Arc<GpuContext>) {
+    let emulated = ctx.is_emulated() || std::env::var("GPQ_TEST_SMALL").is_ok_and(|v| v == "1");
+    let cases = snappy_cases(&mut Rng::new(13), if emulated { 16 } else { 80 });
+    let pages: Vec<(&[u8], u64)> = cases.iter().map(|(b, n, _)| (b.as_slice(), *n)).collect();
+    let got = gpq::decode::unsnappy_pages(&stream(ctx), &pages).unwrap();
     let mut by_reason = [0usize; 7];
-    for (k, ((bytes, promised), v)) in cases.iter().zip(&verdicts).enumerate() {
+    for (k, ((bytes, promised, original), (verdict, out))) in cases.iter().zip(&got).enumerate() {
         let want = snappy_reference_verdict(bytes, *promised);
-        assert_eq!(*v, want, "case {k} ({} bytes, promised {promised})", bytes.len());
+        assert_eq!(*verdict, want, "case {k} ({} bytes, promised {promised})", bytes.len());
         by_reason[want.min(6) as usize] += 1;
+        if let Some(original) = original {
+            assert!(out == original, "case {k}: a stream snap wrote decodes to other bytes");
+        } else if *verdict == 0 {
+            let reference = snap::raw::Decoder::new().decompress_vec(bytes).expect("snap decodes what the device accepts");
+            assert!(reference == *out, "case {k}: accepted, but snap decodes it to other bytes");
+        }
     }
-    eprintln!("snappy reasons: {} cases, by reason (ok, truncated, overrun, offset, size, header, unsupported): {by_reason:?}", cases.len());
-    assert!(by_reason[0] > 30 && by_reason[1] > 30 && by_reason[2] > 30 && by_reason[3] > 30 && by_reason[4] > 30, "every reason is exercised");
+    eprintln!("snappy decoder: {} cases, by reason (ok, truncated, overrun, offset, size, header, unsupported): {by_reason:?}", cases.len());
+    assert!(by_reason[0] > 30 && by_reason[1] > 30 && by_reason[2] > 10 && by_reason[3] > 30 && by_reason[4] > 30, "every reason is exercised");
 }
 
 /// LZ4 blocks: valid ones pass; whatever the check accepts, `lz4_flex` decodes to the promised size.
@@ -447,7 +480,8 @@ fn zstd_block_modes(bytes: &[u8]) -> Vec<(u8, Option<u8>)> {
 }
 
 /// Which pages of the compressed regression inputs the device check stops
-/// before nvCOMP: the corrupt SNAPPY page must be among them.
+/// before nvCOMP (and gpq's SNAPPY decoder refuses): the corrupt SNAPPY page
+/// must be among them.
 fn regression_pages_and_the_device_check(ctx: &Arc<GpuContext>) {
     let stream = stream(ctx);
     for name in ["snappy-oob-read.parquet", "zstd-hang.parquet", "zstd-hang-tpch.parquet"] {
@@ -467,6 +501,14 @@ fn regression_pages_and_the_device_check(ctx: &Arc<GpuContext>) {
             }
             if v != 0 {
                 assert!(!cpu_ok, "{name} chunk {ci} page {page}: the check rejects a page the CPU decodes");
+            }
+            if *codec == Compression::SNAPPY {
+                // gpq's own decoder gives the check's verdict, and snap's bytes where it accepts.
+                let (d, out) = gpq::decode::unsnappy_pages(&stream, &[(bytes.as_slice(), *promised)]).unwrap().remove(0);
+                assert_eq!(d, v, "{name} chunk {ci} page {page}: the decoder's verdict against the check's");
+                if d == 0 {
+                    assert!(snap::raw::Decoder::new().decompress_vec(bytes).is_ok_and(|r| r == out), "{name} chunk {ci} page {page}");
+                }
             }
         }
         eprintln!("{name}: {} compressed pages; {}", pages.len(), flagged.join("; "));
@@ -565,7 +607,8 @@ fn lost_context_is_reset(_ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let good = good_file(dir.path());
     let expected = arrow_rs(&good).unwrap();
-    let mut unchecked = ReadOptions::new();
+    // nvCOMP unchecked: gpq's own SNAPPY decoder (the default) refuses the page without a fault.
+    let mut unchecked = ReadOptions::new().with_snappy_decoder(gpq::DeviceDecoder::Nvcomp);
     unchecked.skip_compressed_page_checks = true;
     let e = read_parquet_to_device(testdata().join("regressions/snappy-oob-read.parquet"), &unchecked).unwrap_err();
     eprintln!("unchecked read: {e}");
@@ -607,7 +650,7 @@ fn zstd_hang_costs_only_the_worker(ctx: &Arc<GpuContext>) {
     let good = write_sample(&dir.path().join("good-zstd.parquet"), 3000, 1000, Compression::ZSTD(ZstdLevel::default()));
     let expected = arrow_rs(&good).unwrap();
     // (ZSTD pages go to gpq's own decoder by default; nvCOMP is asked for.)
-    let nvcomp = ReadOptions::new().with_decompress(gpq::DecompressMode::Nvcomp).with_zstd_decoder(gpq::ZstdDecoder::Nvcomp);
+    let nvcomp = ReadOptions::new().with_decompress(gpq::DecompressMode::Nvcomp).with_zstd_decoder(gpq::DeviceDecoder::Nvcomp);
     let read = |what: &str| {
         // (nvCOMP asked for, so that the worker runs whatever the default's estimate would choose.)
         let t = read_parquet_to_device(&good, &nvcomp).unwrap_or_else(|e| panic!("{what}: {e}"));

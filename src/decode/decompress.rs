@@ -15,7 +15,11 @@
 //! process cannot even exit). So before nvCOMP runs, the
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
-//! to the CPU decoder, whose verdict stands. ZSTD pages go to gpq's own
+//! to the CPU decoder, whose verdict stands. Where nvCOMP is not there (or
+//! `ReadOptions::snappy_decoder` asks for it), SNAPPY pages go to gpq's own
+//! decoder instead (`unsnappy.cu`, a block a page), which checks every tag
+//! before it writes and hands any page it refuses to the CPU decoder
+//! likewise. ZSTD pages go to gpq's own
 //! decoder (`unzstd.cu`), which checks every step as it decodes and hands
 //! any page it does not accept to the CPU decoder likewise; it needs neither
 //! nvCOMP nor a check in front (`ReadOptions::zstd_decoder` can choose nvCOMP).
@@ -48,7 +52,7 @@ use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::io::DeviceChunks;
-use crate::options::{DecompressMode, ZstdDecoder};
+use crate::options::{DecompressMode, DeviceDecoder};
 use crate::plan::ReadPlan;
 use crate::stats::DecompressStats;
 
@@ -106,14 +110,15 @@ fn nvcomp_deadline(output_bytes: u64) -> Duration {
 }
 
 /// Decompresses every compressed page of `table`. With `check_pages`, pages
-/// pass the device's structural check before nvCOMP sees them; `zstd` says
-/// who takes ZSTD pages.
+/// pass the device's structural check before nvCOMP sees them; `zstd` and
+/// `snappy` say who takes ZSTD and SNAPPY pages.
 pub(crate) fn decompress(
     chunks: &DeviceChunks,
     table: &PageTable,
     mode: DecompressMode,
     check_pages: bool,
-    zstd: ZstdDecoder,
+    zstd: DeviceDecoder,
+    snappy: Option<DeviceDecoder>,
 ) -> Result<Decompressed> {
     table.check_source(chunks)?;
     let (plan, raw, stream) = (chunks.plan(), chunks.buffer(), chunks.stream());
@@ -201,11 +206,19 @@ pub(crate) fn decompress(
     let mut cpu: Vec<&Job> = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     let worker = if check_pages { isolated::worker_path().map(|_| ()) } else { Ok(()) };
-    let own_zstd = mode != DecompressMode::Cpu && zstd == ZstdDecoder::Gpq;
+    let own_zstd = mode != DecompressMode::Cpu && zstd == DeviceDecoder::Gpq;
+    // SNAPPY goes to gpq's decoder where asked for, and where nvCOMP cannot take it.
+    let nvcomp_snappy = lib.as_ref().is_ok_and(|l| l.supports(Codec::Snappy));
+    let own_snappy = mode != DecompressMode::Cpu && snappy.map_or(!nvcomp_snappy, |d| d == DeviceDecoder::Gpq);
     let mut device_zstd: Vec<&Job> = Vec::new();
+    let mut device_snappy: Vec<&Job> = Vec::new();
     for j in &jobs {
         if own_zstd && matches!(j.codec, Compression::ZSTD(_)) {
             device_zstd.push(j);
+            continue;
+        }
+        if own_snappy && j.codec == Compression::SNAPPY {
+            device_snappy.push(j);
             continue;
         }
         match (&lib, Codec::for_parquet(j.codec)) {
@@ -265,6 +278,14 @@ pub(crate) fn decompress(
                 cpu.append(&mut device_zstd);
             }
         }
+        if !device_snappy.is_empty() {
+            let shape = batch_shape(&device_snappy);
+            if let Some(why) = route::prefer_cpu_over("gpq's SNAPPY decoder", route::GPQ_SNAPPY, Codec::Snappy, threads, &shape) {
+                info!(reason = %why, "decompressing a batch on the CPU");
+                routed.push(why);
+                cpu.append(&mut device_snappy);
+            }
+        }
     }
     if !cpu.is_empty() {
         if !reasons.is_empty() {
@@ -300,6 +321,16 @@ pub(crate) fn decompress(
         let verdicts = decode_zstd(stream, &kernels, &buffer, &device_zstd, &mut scratch, &mut hold)?;
         stats.gpu_pages += device_zstd.len();
         stats.device_zstd_pages = device_zstd.len();
+        Some(verdicts)
+    };
+    let own_snappy_verdicts = if device_snappy.is_empty() {
+        None
+    } else {
+        // Largest first: the longest pages start first.
+        device_snappy.sort_by(|a, b| b.out_len.cmp(&a.out_len));
+        let verdicts = decode_snappy(stream, &kernels, &buffer, &device_snappy, &mut scratch, &mut hold)?;
+        stats.gpu_pages += device_snappy.len();
+        stats.device_snappy_pages = device_snappy.len();
         Some(verdicts)
     };
     if let Ok(l) = &lib {
@@ -415,6 +446,17 @@ pub(crate) fn decompress(
             }
         }
     }
+    if let Some(d_verdicts) = own_snappy_verdicts {
+        let verdicts: Vec<u32> = from_bytes(&d_verdicts.to_host()?);
+        for (j, &v) in device_snappy.iter().zip(&verdicts) {
+            if v != 0 {
+                stats.check_rejected += 1;
+                stats.device_snappy_pages -= 1;
+                gpu_errors.push(format!("SNAPPY page refused by gpq's device decoder: {}", nvcomp::check_reason(v)));
+                retry.push(j);
+            }
+        }
+    }
     // Pages no device check vouches for: nvCOMP in the worker process; any
     // failure there sends the whole batch to the CPU decoder.
     let gpu_retries = retry.len();
@@ -466,8 +508,9 @@ pub(crate) fn decompress(
         info!(
             pages = stats.gpu_pages,
             gpq_zstd = stats.device_zstd_pages,
+            gpq_snappy = stats.device_snappy_pages,
             nvcomp = ?stats.nvcomp_version,
-            "decompressed on the device (gpq's ZSTD decoder, nvCOMP)"
+            "decompressed on the device (gpq's ZSTD and SNAPPY decoders, nvCOMP)"
         );
     }
     Ok(Decompressed { pages, _buffer: buffer, _exchanges: exchanges, stats, source })
@@ -731,6 +774,46 @@ fn decode_zstd(
     Ok((d_verdicts, profile))
 }
 
+/// Threads a block of `gpq_unsnappy` (`UNSNAP_THREADS` in `unsnappy.cu`).
+const UNSNAP_THREADS: u32 = 256;
+
+/// Runs gpq's SNAPPY decoder over `list`, writing each page's values at its
+/// slot of `buffer`; returns the buffer its verdicts (a `CheckReason` per
+/// page of `list`, 0 for decoded) will be in once the stream is synchronized.
+fn decode_snappy(
+    stream: &Arc<GpuStream>,
+    kernels: &Kernels,
+    buffer: &DeviceBuffer,
+    list: &[&Job],
+    keep: &mut Vec<DeviceBuffer>,
+    hold: &mut Vec<Vec<u8>>,
+) -> Result<DeviceBuffer> {
+    let n = list.len();
+    let mut host: Vec<u64> = Vec::with_capacity(4 * n);
+    host.extend(list.iter().map(|j| j.input));
+    host.extend(list.iter().map(|j| j.input_len as u64));
+    host.extend(list.iter().map(|j| j.out_len as u64));
+    host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
+    let d_args = upload(stream, as_bytes(&host), "SNAPPY decoder arguments", hold)?;
+    let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "SNAPPY decoder verdicts")?;
+    run_unsnappy(stream, kernels, &d_args, n, &d_verdicts)?;
+    keep.push(d_args);
+    Ok(d_verdicts)
+}
+
+/// Launches `gpq_unsnappy` over the `n` pages `args` describes (input
+/// pointers, input sizes, output sizes, output pointers: n u64s each).
+fn run_unsnappy(stream: &Arc<GpuStream>, kernels: &Kernels, args: &DeviceBuffer, n: usize, verdicts: &DeviceBuffer) -> Result<()> {
+    let count = u32::try_from(n).map_err(|_| Error::Internal(format!("{n} SNAPPY pages in one launch")))?;
+    if count == 0 {
+        return Ok(());
+    }
+    let mut a = KernelArgs::new().arg(args.ptr()).arg(count).arg(verdicts.ptr());
+    // SAFETY: arguments match gpq_unsnappy: `args` holds 4n u64s addressing
+    // live buffers of the stated sizes, `verdicts` n u32s. A block a page.
+    unsafe { kernels.launch(Kernel::Unsnappy, count, UNSNAP_THREADS, 0, stream, &mut a) }
+}
+
 /// The phases of `gpq_unzstd`'s profile (`ZstdPhase` in `unzstd.cu`).
 const UNZSTD_PHASES: [&str; 10] = ["plan", "literals", "execute", "copy", "page", "pages", "sequences", "batches", "waves", "serial batches"];
 
@@ -956,10 +1039,10 @@ fn run_unzstd(
     Ok(())
 }
 
-/// gpq's ZSTD decoder alone, over host pages, each (compressed bytes,
+/// One of gpq's own decoders (ZSTD, SNAPPY) alone, over host pages, each (compressed bytes,
 /// promised size): per page its verdict (0: decoded) and output (for tests).
 #[cfg(feature = "test-util")]
-pub(crate) fn unzstd_standalone(stream: &Arc<GpuStream>, pages: &[(&[u8], u64)]) -> Result<Vec<(u32, Vec<u8>)>> {
+pub(crate) fn decoder_standalone(stream: &Arc<GpuStream>, pages: &[(&[u8], u64)], codec: Codec) -> Result<Vec<(u32, Vec<u8>)>> {
     let n = pages.len();
     if n == 0 {
         return Ok(Vec::new());
@@ -989,7 +1072,11 @@ pub(crate) fn unzstd_standalone(stream: &Arc<GpuStream>, pages: &[(&[u8], u64)])
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "test verdicts")?;
     let kernels = Kernels::for_context(stream.context())?;
     let (mut keep, mut hold) = (Vec::new(), Vec::new());
-    run_unzstd(stream, &kernels, &d_args, n, &d_verdicts, 0, &mut keep, &mut hold)?;
+    match codec {
+        Codec::Zstd => run_unzstd(stream, &kernels, &d_args, n, &d_verdicts, 0, &mut keep, &mut hold)?,
+        Codec::Snappy => run_unsnappy(stream, &kernels, &d_args, n, &d_verdicts)?,
+        other => return Err(Error::Internal(format!("gpq has no device decoder of its own for {other:?}"))),
+    }
     stream.synchronize()?;
     drop(keep);
     drop(hold);

@@ -315,7 +315,7 @@ pub(crate) fn prepare(chunks: &DeviceChunks, recipes: &[ColumnRecipes], options:
     let page_headers = t.elapsed();
 
     let t = Instant::now();
-    let dec = decompress::decompress(chunks, &table, mode, check_pages, options.zstd_decoder)?;
+    let dec = decompress::decompress(chunks, &table, mode, check_pages, options.zstd_decoder, options.snappy_decoder)?;
     Ok(Prepared { table, dec, page_headers, decompress: t.elapsed(), checksummed_pages })
 }
 
@@ -382,6 +382,7 @@ impl Pages {
             d.check_rejected += s.check_rejected;
             d.isolated_pages += s.isolated_pages;
             d.device_zstd_pages += s.device_zstd_pages;
+            d.device_snappy_pages += s.device_snappy_pages;
             if d.nvcomp_version.is_none() {
                 d.nvcomp_version.clone_from(&s.nvcomp_version);
             }
@@ -539,7 +540,7 @@ pub fn read_page_headers(chunks: &DeviceChunks) -> Result<PageTable> {
 /// Stage 2 alone: decompresses every page of `table` (`test-util`).
 #[cfg(feature = "test-util")]
 pub fn decompress_pages(chunks: &DeviceChunks, table: &PageTable, mode: crate::DecompressMode) -> Result<Decompressed> {
-    decompress::decompress(chunks, table, mode, true, crate::options::ZstdDecoder::default())
+    decompress::decompress(chunks, table, mode, true, Default::default(), Default::default())
 }
 
 /// The compressed pages of `table` as nvCOMP would get them: (plan chunk,
@@ -591,7 +592,14 @@ pub fn check_compressed_pages(
 /// its output bytes (`test-util`).
 #[cfg(feature = "test-util")]
 pub fn unzstd_pages(stream: &std::sync::Arc<crate::cuda::GpuStream>, pages: &[(&[u8], u64)]) -> Result<Vec<(u32, Vec<u8>)>> {
-    decompress::unzstd_standalone(stream, pages)
+    decompress::decoder_standalone(stream, pages, nvcomp::Codec::Zstd)
+}
+
+/// Runs gpq's SNAPPY decoder over `pages` as [`unzstd_pages`] runs the ZSTD
+/// one; a refused page's verdict is the device check's (`test-util`).
+#[cfg(feature = "test-util")]
+pub fn unsnappy_pages(stream: &std::sync::Arc<crate::cuda::GpuStream>, pages: &[(&[u8], u64)]) -> Result<Vec<(u32, Vec<u8>)>> {
+    decompress::decoder_standalone(stream, pages, nvcomp::Codec::Snappy)
 }
 
 /// Stage 3 alone: decodes decompressed pages into device columns (`test-util`).
@@ -622,11 +630,11 @@ pub fn nvcomp_worker_path() -> std::result::Result<std::path::PathBuf, String> {
 }
 
 /// Whether reading `plan` with `options` sends pages to the nvCOMP worker:
-/// GZIP chunks (or ZSTD ones for [`ZstdDecoder::Nvcomp`](crate::ZstdDecoder::Nvcomp)), page checks
+/// GZIP chunks (or ZSTD ones for [`DeviceDecoder::Nvcomp`](crate::DeviceDecoder::Nvcomp)), page checks
 /// on, nvCOMP allowed.
 pub(crate) fn needs_nvcomp_worker(plan: &ReadPlan, options: &ReadOptions) -> bool {
     use parquet::basic::Compression;
-    let zstd_in_worker = options.zstd_decoder == crate::options::ZstdDecoder::Nvcomp;
+    let zstd_in_worker = options.zstd_decoder == crate::options::DeviceDecoder::Nvcomp;
     !options.skip_compressed_page_checks
         && options.decompress != crate::options::DecompressMode::Cpu
         && plan.chunks.iter().any(|c| match c.codec {

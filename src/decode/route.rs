@@ -1,5 +1,6 @@
 //! Who decompresses a batch of pages when the caller lets gpq choose
-//! ([`DecompressMode::Auto`](crate::DecompressMode::Auto)): nvCOMP or the
+//! ([`DecompressMode::Auto`](crate::DecompressMode::Auto)): the device
+//! (nvCOMP, or gpq's own SNAPPY decoder where nvCOMP is not there) or the
 //! CPU, by an estimate of each one's time.
 //!
 //! nvCOMP gives each page one warp, so a batch takes at least as long as its
@@ -30,22 +31,32 @@ pub(crate) struct BatchShape {
     pub largest_output: u64,
 }
 
-/// nvCOMP's output rate for one page (one warp), bytes per second.
-fn nvcomp_page_rate(codec: Codec) -> f64 {
-    match codec {
+/// How fast a device decoder goes: one page's output per second (a batch
+/// takes at least its largest page's time) and the whole device's over many
+/// pages, bytes per second; and what a batch costs beyond its kernels, seconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceRates {
+    /// Output rate of one page.
+    pub page: f64,
+    /// Output rate over many pages.
+    pub device: f64,
+    /// Fixed cost of a batch.
+    pub fixed: f64,
+}
+
+/// nvCOMP's rates: one warp a page; the fixed cost is the device check
+/// before it, or the worker process's round trip for codecs decompressed there.
+fn nvcomp_rates(codec: Codec, isolated: bool) -> DeviceRates {
+    let page = match codec {
         Codec::Snappy | Codec::Lz4 => 64e6,
         Codec::Zstd | Codec::Gzip => 80e6,
-    }
+    };
+    DeviceRates { page, device: 100e9, fixed: if isolated { 3e-3 } else { 0.5e-3 } }
 }
 
-/// nvCOMP's output rate over many pages, bytes per second.
-const NVCOMP_RATE: f64 = 100e9;
-
-/// What a batch costs beyond nvCOMP's kernels: the device check before it,
-/// or the worker process's round trip for codecs decompressed there, seconds.
-fn nvcomp_fixed(isolated: bool) -> f64 {
-    if isolated { 3e-3 } else { 0.5e-3 }
-}
+/// gpq's own SNAPPY decoder (`unsnappy.cu`, a block a page), as measured on
+/// the H100 over SF10 supplier's and lineitem's pages (BENCHMARKS.md 5.16).
+pub(crate) const GPQ_SNAPPY: DeviceRates = DeviceRates { page: 25e6, device: 55e9, fixed: 0.1e-3 };
 
 /// A CPU decoder's output rate on one core, bytes per second.
 fn cpu_rate(codec: Codec) -> f64 {
@@ -63,19 +74,21 @@ const COPY_RATE: f64 = 5e9;
 /// The CPU path's own start-up (threads, host buffers), seconds.
 const CPU_FIXED: f64 = 0.3e-3;
 
-/// nvCOMP's kernels below this estimate are kept whatever the CPU's: too short to matter.
+/// Device kernels below this estimate are kept whatever the CPU's: too short to matter.
 const WORTH_MOVING: f64 = 2e-3;
 
-/// Estimated seconds of nvCOMP's kernels over `batch`.
-fn nvcomp_kernel_seconds(codec: Codec, batch: &BatchShape) -> f64 {
-    let latency = batch.largest_output as f64 / nvcomp_page_rate(codec);
-    let throughput = batch.output_bytes as f64 / NVCOMP_RATE;
+/// Estimated seconds of a device decoder's kernels over `batch`.
+fn kernel_seconds(rates: DeviceRates, batch: &BatchShape) -> f64 {
+    let latency = batch.largest_output as f64 / rates.page;
+    let throughput = batch.output_bytes as f64 / rates.device;
     latency.max(throughput)
 }
 
 /// Estimated seconds for nvCOMP to decompress `batch`.
-pub(crate) fn nvcomp_seconds(codec: Codec, isolated: bool, batch: &BatchShape) -> f64 {
-    nvcomp_kernel_seconds(codec, batch) + nvcomp_fixed(isolated)
+#[cfg(test)]
+fn nvcomp_seconds(codec: Codec, isolated: bool, batch: &BatchShape) -> f64 {
+    let rates = nvcomp_rates(codec, isolated);
+    kernel_seconds(rates, batch) + rates.fixed
 }
 
 /// Estimated seconds for `threads` CPU threads to decompress `batch`,
@@ -89,19 +102,24 @@ pub(crate) fn cpu_seconds(codec: Codec, threads: usize, batch: &BatchShape) -> f
     latency.max(throughput) + copies + CPU_FIXED
 }
 
-/// Why `batch` should be decompressed on the CPU, if it should: the CPU's
-/// estimate is under half of nvCOMP's, and nvCOMP's kernels would run over
-/// 2 ms (so that small batches, whatever their fixed costs, keep going
-/// through the device check or the worker).
+/// Why `batch` should be decompressed on the CPU rather than by nvCOMP, if
+/// it should: the CPU's estimate is under half of nvCOMP's, and nvCOMP's
+/// kernels would run over 2 ms (so that small batches, whatever their fixed
+/// costs, keep going through the device check or the worker).
 pub(crate) fn prefer_cpu(codec: Codec, isolated: bool, threads: usize, batch: &BatchShape) -> Option<String> {
-    if batch.pages == 0 || nvcomp_kernel_seconds(codec, batch) <= WORTH_MOVING {
+    prefer_cpu_over("nvCOMP", nvcomp_rates(codec, isolated), codec, threads, batch)
+}
+
+/// [`prefer_cpu`] against a device decoder of the given rates (`name` says which).
+pub(crate) fn prefer_cpu_over(name: &str, rates: DeviceRates, codec: Codec, threads: usize, batch: &BatchShape) -> Option<String> {
+    if batch.pages == 0 || kernel_seconds(rates, batch) <= WORTH_MOVING {
         return None;
     }
-    let gpu = nvcomp_seconds(codec, isolated, batch);
+    let gpu = kernel_seconds(rates, batch) + rates.fixed;
     let cpu = cpu_seconds(codec, threads, batch);
     (cpu < gpu / 2.0).then(|| {
         format!(
-            "{codec:?}: {} pages ({:.1} MiB out, the largest {:.0} KiB) are estimated faster on the CPU ({:.1} ms) than with nvCOMP ({:.1} ms)",
+            "{codec:?}: {} pages ({:.1} MiB out, the largest {:.0} KiB) are estimated faster on the CPU ({:.1} ms) than with {name} ({:.1} ms)",
             batch.pages,
             batch.output_bytes as f64 / (1 << 20) as f64,
             batch.largest_output as f64 / 1024.0,
@@ -138,6 +156,10 @@ mod tests {
         assert!(prefer_cpu(Codec::Gzip, true, 16, &shape(1, 1 << 20, 3)).is_some());
         assert!(prefer_cpu(Codec::Gzip, true, 16, &shape(200, 1 << 20, 3)).is_none());
         assert!(prefer_cpu(Codec::Snappy, false, 16, &BatchShape::default()).is_none());
+        // gpq's SNAPPY decoder (where nvCOMP is not there): the same shapes.
+        let gpq = |b: &BatchShape| prefer_cpu_over("gpq's SNAPPY decoder", GPQ_SNAPPY, Codec::Snappy, 16, b);
+        assert!(gpq(&small).is_some_and(|why| why.contains("gpq's SNAPPY decoder")));
+        assert!(gpq(&pass).is_none() && gpq(&tiny).is_none());
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub enum Kernel {
     UnzstdSequences,
     /// ZSTD decompression from the sequence lists, checked at every step (`unzstd.cu`).
     Unzstd,
+    /// SNAPPY decompression, a block a page, checked at every tag (`unsnappy.cu`).
+    Unsnappy,
     /// Repetition and definition levels of nested leaves (`nesting.cu`).
     DecodeLevels,
     /// Slots per tile of level positions (`nesting.cu`).
@@ -93,7 +95,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 32] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
@@ -110,6 +112,7 @@ impl Kernel {
         Kernel::UnzstdCount,
         Kernel::UnzstdSequences,
         Kernel::Unzstd,
+        Kernel::Unsnappy,
         Kernel::DecodeLevels,
         Kernel::NestCount,
         Kernel::NestApply,
@@ -147,6 +150,7 @@ impl Kernel {
             Kernel::UnzstdCount => "gpq_unzstd_count",
             Kernel::UnzstdSequences => "gpq_unzstd_sequences",
             Kernel::Unzstd => "gpq_unzstd",
+            Kernel::Unsnappy => "gpq_unsnappy",
             Kernel::DecodeLevels => "gpq_decode_levels",
             Kernel::NestCount => "gpq_nest_count",
             Kernel::NestApply => "gpq_nest_apply",
@@ -182,6 +186,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("copy.cu", include_str!("kernels/copy.cu")),
     ("check_compressed.cu", include_str!("kernels/check_compressed.cu")),
     ("unzstd.cu", include_str!("kernels/unzstd.cu")),
+    ("unsnappy.cu", include_str!("kernels/unsnappy.cu")),
     ("nesting.cu", include_str!("kernels/nesting.cu")),
     ("views.cu", include_str!("kernels/views.cu")),
     ("scan.cu", include_str!("kernels/scan.cu")),

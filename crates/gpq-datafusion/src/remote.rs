@@ -61,7 +61,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tracing::debug;
 
-use gpq::{DecompressMode, IoOptions, IoPath, ReadOptions, ZstdDecoder};
+use gpq::{DecompressMode, DeviceDecoder, IoOptions, IoPath, ReadOptions};
 
 use crate::exec::{GpqScanExec, ScanBackend, ScanParts};
 use crate::file::{FileStamp, GpqFile, fit_to_table};
@@ -811,7 +811,9 @@ struct ReadSpec {
     overlap_groups: Option<usize>,
     string_views: bool,
     #[serde(default)]
-    zstd_decoder: ZstdDecoderOption,
+    zstd_decoder: DecoderOption,
+    #[serde(default)]
+    snappy_decoder: Option<DecoderOption>,
 }
 
 impl From<&ReadOptions> for ReadSpec {
@@ -828,6 +830,7 @@ impl From<&ReadOptions> for ReadSpec {
             overlap_groups,
             string_views,
             zstd_decoder,
+            snappy_decoder,
         } = r;
         let IoOptions { path, threads, task_size, merge_gap, direct } = io;
         ReadSpec {
@@ -844,6 +847,7 @@ impl From<&ReadOptions> for ReadSpec {
             overlap_groups: *overlap_groups,
             string_views: *string_views,
             zstd_decoder: (*zstd_decoder).into(),
+            snappy_decoder: snappy_decoder.map(Into::into),
         }
     }
 }
@@ -864,6 +868,7 @@ impl From<ReadSpec> for ReadOptions {
             overlap_groups,
             string_views,
             zstd_decoder,
+            snappy_decoder,
         } = r;
         ReadOptions {
             columns: None,
@@ -883,33 +888,34 @@ impl From<ReadSpec> for ReadOptions {
             overlap_groups,
             string_views,
             zstd_decoder: zstd_decoder.into(),
+            snappy_decoder: snappy_decoder.map(Into::into),
         }
     }
 }
 
-/// [`ZstdDecoder`], serialized (absent in plans from before it existed: gpq's).
+/// [`DeviceDecoder`], serialized (absent in plans from before the option existed: gpq's).
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-enum ZstdDecoderOption {
+enum DecoderOption {
     #[default]
     Gpq,
     Nvcomp,
 }
 
-impl From<ZstdDecoder> for ZstdDecoderOption {
-    fn from(d: ZstdDecoder) -> Self {
+impl From<DeviceDecoder> for DecoderOption {
+    fn from(d: DeviceDecoder) -> Self {
         match d {
-            ZstdDecoder::Gpq => ZstdDecoderOption::Gpq,
-            ZstdDecoder::Nvcomp => ZstdDecoderOption::Nvcomp,
+            DeviceDecoder::Gpq => DecoderOption::Gpq,
+            DeviceDecoder::Nvcomp => DecoderOption::Nvcomp,
         }
     }
 }
 
-impl From<ZstdDecoderOption> for ZstdDecoder {
-    fn from(d: ZstdDecoderOption) -> Self {
+impl From<DecoderOption> for DeviceDecoder {
+    fn from(d: DecoderOption) -> Self {
         match d {
-            ZstdDecoderOption::Gpq => ZstdDecoder::Gpq,
-            ZstdDecoderOption::Nvcomp => ZstdDecoder::Nvcomp,
+            DecoderOption::Gpq => DeviceDecoder::Gpq,
+            DecoderOption::Nvcomp => DeviceDecoder::Nvcomp,
         }
     }
 }

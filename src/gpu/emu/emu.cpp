@@ -24,6 +24,7 @@
 #include "../kernels/copy.cu"
 #include "../kernels/check_compressed.cu"
 #include "../kernels/unzstd.cu"
+#include "../kernels/unsnappy.cu"
 #include "../kernels/nesting.cu"
 #include "../kernels/views.cu"
 #include "../kernels/scan.cu"
@@ -300,6 +301,7 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_unzstd_count)      \
   X(gpq_unzstd_sequences)  \
   X(gpq_unzstd)            \
+  X(gpq_unsnappy)          \
   X(gpq_decode_levels)     \
   X(gpq_nest_count)        \
   X(gpq_nest_apply)        \
