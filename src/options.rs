@@ -254,11 +254,14 @@ pub struct ReadOptions {
     /// Who decompresses ZSTD pages on the device: gpq's own checked decoder
     /// (the default) or nvCOMP.
     pub zstd_decoder: DeviceDecoder,
-    /// Who decompresses SNAPPY pages on the device. `None` (the default):
-    /// nvCOMP behind the device's structural check where nvCOMP loads, else
+    /// Who decompresses SNAPPY pages on the device. `None` (the default)
+    /// lets gpq choose: today nvCOMP behind the device's structural check,
+    /// and the CPU where nvCOMP is not there. `Some(DeviceDecoder::Gpq)`:
     /// gpq's own checked decoder (a block a page; the CPU still takes a
-    /// batch estimated faster there). `Some` names one: with nvCOMP where
-    /// it does not load, the pages go to the CPU.
+    /// batch estimated faster there, unless the device is forced with
+    /// [`DecompressMode::Nvcomp`]). It is not the default: its first
+    /// version took 78 ms of kernel time over SF10 lineitem on an H100,
+    /// against 25 ms for nvCOMP and the check (BENCHMARKS.md 5.16).
     pub snappy_decoder: Option<DeviceDecoder>,
     /// Verify the CRC-32 that writers may put in page headers, on the
     /// device, before decompression; a page that disagrees fails the read

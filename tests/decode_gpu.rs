@@ -111,13 +111,13 @@ fn worker_expected(ctx: &GpuContext) -> bool {
 
 /// Asserts which decompressor handled a file of `codec` by default. ZSTD
 /// pages go to gpq's own checked decoder on the device (the emulator's
-/// too); SNAPPY and LZ4_RAW pages to nvCOMP behind the device check, and
-/// SNAPPY pages to gpq's own decoder where there is no nvCOMP (the
-/// emulator); GZIP pages cannot be checked completely on the device, so
-/// they go to nvCOMP in the worker process, or to the CPU where there is none.
+/// too); SNAPPY and LZ4_RAW pages to nvCOMP behind the device check (gpq's
+/// SNAPPY decoder only where asked for); GZIP pages cannot be checked
+/// completely on the device, so they go to nvCOMP in the worker process, or
+/// to the CPU where there is none.
 fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::DecompressStats) {
-    let nvcomp_codec = matches!(codec, Compression::LZ4_RAW) || (codec == Compression::SNAPPY && nvcomp_expected(ctx));
-    let own_zstd = matches!(codec, Compression::ZSTD(_)) || (codec == Compression::SNAPPY && !nvcomp_expected(ctx));
+    let nvcomp_codec = matches!(codec, Compression::SNAPPY | Compression::LZ4_RAW);
+    let own_zstd = matches!(codec, Compression::ZSTD(_));
     let isolated_codec = matches!(codec, Compression::GZIP(_));
     // By default a batch of few large pages goes to the CPU, where it is
     // estimated faster (`large_pages_go_to_the_cpu_by_default`).
@@ -133,8 +133,7 @@ fn assert_decompression(ctx: &GpuContext, codec: Compression, stats: &gpq::Decom
         }
         _ if own_zstd => {
             assert!(stats.gpu_pages > 0, "{codec:?}: nothing went to gpq's decoder: {stats:?}");
-            let own = if codec == Compression::SNAPPY { stats.device_snappy_pages } else { stats.device_zstd_pages };
-            assert_eq!(own, stats.gpu_pages, "{codec:?}: not all by gpq's decoder: {stats:?}");
+            assert_eq!(stats.device_zstd_pages, stats.gpu_pages, "{codec:?}: not all by gpq's decoder: {stats:?}");
             assert_eq!((stats.cpu_pages, stats.isolated_pages, stats.check_rejected), (0, 0, 0), "{codec:?}: {stats:?}");
             assert!(stats.fallback.is_none(), "{codec:?}: {stats:?}");
         }
@@ -419,6 +418,12 @@ fn matrix_matches_arrow_rs(ctx: &Arc<GpuContext>) {
                     assert!(matches!(large.device_type(), DataType::LargeList(_)), "{}", large.device_type());
                     assert_eq!(large.offsets().map(|o| o.len()), Some(8 * (rows as u64 + 1)));
                     assert_decompression(ctx, codec, &t.stats().decompression);
+                    if codec == Compression::SNAPPY {
+                        // gpq's own SNAPPY decoder, asked for, over every variant.
+                        let own = ReadOptions::new().with_snappy_decoder(DeviceDecoder::Gpq).with_decompress(DecompressMode::Nvcomp);
+                        let d = assert_same(&path, &own).stats().decompression.clone();
+                        assert!(d.gpu_pages > 0 && d.device_snappy_pages == d.gpu_pages && d.cpu_pages == 0, "gpq's decoder: {d:?}");
+                    }
                 }
             }
         }
@@ -447,18 +452,19 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
             assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.device_zstd_pages == d.gpu_pages, "{codec:?} trusted: {d:?}");
         }
         // Forcing the device where it cannot serve (or not safely) is an error, not a silent fallback.
-        // gpq's ZSTD and SNAPPY decoders serve wherever there is a device; nvCOMP serves SNAPPY where it is.
+        // gpq's ZSTD decoder serves ZSTD wherever there is a device; nvCOMP serves SNAPPY where it is.
         let forced = read_parquet_to_device(&path, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp));
-        let served = matches!(codec, Compression::ZSTD(_) | Compression::SNAPPY);
+        let served = matches!(codec, Compression::ZSTD(_)) || (matches!(codec, Compression::SNAPPY) && nvcomp_expected(ctx));
         match forced {
             Ok(t) if served => assert_eq!(t.stats().decompression.cpu_pages, 0),
             Ok(t) => panic!("{codec:?}: nvCOMP forced, but {:?}", t.stats().decompression),
             Err(Error::Nvcomp(_)) => assert!(!served, "{codec:?}: the device refused"),
             Err(e) => panic!("{codec:?}: expected an nvCOMP error, got {e}"),
         }
-        let nvcomp_snappy = ReadOptions::new().with_decompress(DecompressMode::Nvcomp).with_snappy_decoder(DeviceDecoder::Nvcomp);
-        let forced = read_parquet_to_device(&path, &nvcomp_snappy);
-        let served = matches!(codec, Compression::ZSTD(_)) || (matches!(codec, Compression::SNAPPY) && nvcomp_expected(ctx));
+        // gpq's SNAPPY decoder serves SNAPPY wherever there is a device.
+        let own_snappy = ReadOptions::new().with_decompress(DecompressMode::Nvcomp).with_snappy_decoder(DeviceDecoder::Gpq);
+        let forced = read_parquet_to_device(&path, &own_snappy);
+        let served = matches!(codec, Compression::ZSTD(_) | Compression::SNAPPY);
         match forced {
             Ok(t) if served => assert_eq!(t.stats().decompression.cpu_pages, 0),
             Ok(t) => panic!("{codec:?}: nvCOMP forced, but {:?}", t.stats().decompression),
@@ -468,12 +474,12 @@ fn cpu_decompression_fallback_matches(ctx: &Arc<GpuContext>) {
     }
 }
 
-/// A device decoder takes a page's whole length at one block's (gpq's
-/// SNAPPY decoder) or one warp's (nvCOMP) pace, so a file of a few 1 MiB
-/// pages is decompressed on the CPU by default (the statistics say why), and
-/// on the device when that is asked for; many small pages stay on the
-/// device: nvCOMP's where it is, gpq's decoder where not. Every read gives
-/// what arrow-rs reads.
+/// nvCOMP takes a page's whole length at one warp's pace, so a file of a
+/// few 1 MiB pages is decompressed on the CPU by default (the statistics say
+/// why), and by nvCOMP when it is asked for; many small pages stay on nvCOMP.
+/// gpq's SNAPPY decoder, where asked for, is held to one block a page: the
+/// same shapes route the same way, and forcing the device keeps every page
+/// there. Every read gives what arrow-rs reads.
 fn large_pages_go_to_the_cpu_by_default(ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let rows = if ctx.is_emulated() { 200_000 } else { 1_000_000 };
@@ -496,21 +502,27 @@ fn large_pages_go_to_the_cpu_by_default(ctx: &Arc<GpuContext>) {
     };
     let large = write("large-pages.parquet", 1 << 20);
     let small = write("small-pages.parquet", 8 << 10);
-    let device = ReadOptions::new().with_decompress(DecompressMode::Nvcomp);
-    let own = device.clone().with_snappy_decoder(DeviceDecoder::Gpq);
+    let own = ReadOptions::new().with_snappy_decoder(DeviceDecoder::Gpq);
+    let d = assert_same(&large, &own).stats().decompression.clone();
+    assert!(d.cpu_pages > 0 && d.gpu_pages == 0, "few large pages, gpq's decoder: {d:?}");
+    assert!(d.fallback.as_deref().is_some_and(|f| f.contains("faster on the CPU") && f.contains("gpq's SNAPPY decoder")), "{d:?}");
     for path in [&large, &small] {
-        let d = assert_same(path, &own).stats().decompression.clone();
-        assert!(d.gpu_pages > 0 && d.device_snappy_pages == d.gpu_pages && d.cpu_pages == 0, "gpq's decoder asked for: {d:?}");
+        let d = assert_same(path, &own.clone().with_decompress(DecompressMode::Nvcomp)).stats().decompression.clone();
+        assert!(d.gpu_pages > 0 && d.device_snappy_pages == d.gpu_pages && d.cpu_pages == 0, "gpq's decoder on the device: {d:?}");
     }
+    let d = assert_same(&small, &own).stats().decompression.clone();
+    assert!(d.gpu_pages > 100 && d.device_snappy_pages == d.gpu_pages && d.fallback.is_none(), "many small pages, gpq's decoder: {d:?}");
     let d = assert_same(&large, &ReadOptions::new()).stats().decompression.clone();
+    if !nvcomp_expected(ctx) {
+        assert_eq!(d.gpu_pages, 0, "{d:?}");
+        return;
+    }
     assert!(d.cpu_pages > 0 && d.gpu_pages == 0, "few large pages: {d:?}");
     assert!(d.fallback.as_deref().is_some_and(|f| f.contains("estimated faster on the CPU")), "{d:?}");
-    let d = assert_same(&large, &device).stats().decompression.clone();
-    assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.fallback.is_none(), "the device asked for: {d:?}");
+    let d = assert_same(&large, &ReadOptions::new().with_decompress(DecompressMode::Nvcomp)).stats().decompression.clone();
+    assert!(d.gpu_pages > 0 && d.cpu_pages == 0 && d.fallback.is_none(), "nvCOMP asked for: {d:?}");
     let d = assert_same(&small, &ReadOptions::new()).stats().decompression.clone();
-    assert!(d.gpu_pages > 100 && d.cpu_pages == 0 && d.fallback.is_none(), "many small pages: {d:?}");
-    let by_gpq = if nvcomp_expected(ctx) { 0 } else { d.gpu_pages };
-    assert_eq!(d.device_snappy_pages, by_gpq, "nvCOMP where it is, gpq's decoder where not: {d:?}");
+    assert!(d.gpu_pages > 100 && d.cpu_pages == 0 && d.fallback.is_none() && d.device_snappy_pages == 0, "many small pages: {d:?}");
 }
 
 fn projections_and_row_groups(ctx: &Arc<GpuContext>) {

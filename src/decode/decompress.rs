@@ -15,8 +15,8 @@
 //! process cannot even exit). So before nvCOMP runs, the
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
-//! to the CPU decoder, whose verdict stands. Where nvCOMP is not there (or
-//! `ReadOptions::snappy_decoder` asks for it), SNAPPY pages go to gpq's own
+//! to the CPU decoder, whose verdict stands. Where
+//! `ReadOptions::snappy_decoder` asks for it, SNAPPY pages go to gpq's own
 //! decoder instead (`unsnappy.cu`, a block a page), which checks every tag
 //! before it writes and hands any page it refuses to the CPU decoder
 //! likewise. ZSTD pages go to gpq's own
@@ -207,9 +207,9 @@ pub(crate) fn decompress(
     let mut reasons: Vec<String> = Vec::new();
     let worker = if check_pages { isolated::worker_path().map(|_| ()) } else { Ok(()) };
     let own_zstd = mode != DecompressMode::Cpu && zstd == DeviceDecoder::Gpq;
-    // SNAPPY goes to gpq's decoder where asked for, and where nvCOMP cannot take it.
-    let nvcomp_snappy = lib.as_ref().is_ok_and(|l| l.supports(Codec::Snappy));
-    let own_snappy = mode != DecompressMode::Cpu && snappy.map_or(!nvcomp_snappy, |d| d == DeviceDecoder::Gpq);
+    // gpq's SNAPPY decoder takes SNAPPY pages only where asked for (for now:
+    // see ReadOptions::snappy_decoder).
+    let own_snappy = mode != DecompressMode::Cpu && snappy == Some(DeviceDecoder::Gpq);
     let mut device_zstd: Vec<&Job> = Vec::new();
     let mut device_snappy: Vec<&Job> = Vec::new();
     for j in &jobs {
