@@ -755,12 +755,7 @@ fn decode_zstd(
     hold: &mut Vec<Vec<u8>>,
 ) -> Result<(DeviceBuffer, Option<DeviceBuffer>)> {
     let n = list.len();
-    let mut host: Vec<u64> = Vec::with_capacity(4 * n);
-    host.extend(list.iter().map(|j| j.input));
-    host.extend(list.iter().map(|j| j.input_len as u64));
-    host.extend(list.iter().map(|j| j.out_len as u64));
-    host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
-    let d_args = upload(stream, as_bytes(&host), "ZSTD decoder arguments", hold)?;
+    let d_args = upload(stream, as_bytes(&decoder_args(list, buffer)), "ZSTD decoder arguments", hold)?;
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "ZSTD decoder verdicts")?;
     let profile = if crate::env::unzstd_profile() {
         let d = DeviceBuffer::alloc(stream, 8 * UNZSTD_PHASES.len() as u64, "ZSTD decoder profile")?;
@@ -772,6 +767,17 @@ fn decode_zstd(
     run_unzstd(stream, kernels, &d_args, n, &d_verdicts, profile.as_ref().map_or(0, |d| d.ptr()), keep, hold)?;
     keep.push(d_args);
     Ok((d_verdicts, profile))
+}
+
+/// The arguments gpq's own decoders take for `list`: n input pointers, n
+/// input sizes, n output sizes and n output pointers (into `buffer`).
+fn decoder_args(list: &[&Job], buffer: &DeviceBuffer) -> Vec<u64> {
+    let mut host: Vec<u64> = Vec::with_capacity(4 * list.len());
+    host.extend(list.iter().map(|j| j.input));
+    host.extend(list.iter().map(|j| j.input_len as u64));
+    host.extend(list.iter().map(|j| j.out_len as u64));
+    host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
+    host
 }
 
 /// Threads a block of `gpq_unsnappy` (`UNSNAP_THREADS` in `unsnappy.cu`).
@@ -789,12 +795,7 @@ fn decode_snappy(
     hold: &mut Vec<Vec<u8>>,
 ) -> Result<DeviceBuffer> {
     let n = list.len();
-    let mut host: Vec<u64> = Vec::with_capacity(4 * n);
-    host.extend(list.iter().map(|j| j.input));
-    host.extend(list.iter().map(|j| j.input_len as u64));
-    host.extend(list.iter().map(|j| j.out_len as u64));
-    host.extend(list.iter().map(|j| buffer.ptr() + j.out_offset));
-    let d_args = upload(stream, as_bytes(&host), "SNAPPY decoder arguments", hold)?;
+    let d_args = upload(stream, as_bytes(&decoder_args(list, buffer)), "SNAPPY decoder arguments", hold)?;
     let d_verdicts = DeviceBuffer::alloc(stream, 4 * n as u64, "SNAPPY decoder verdicts")?;
     run_unsnappy(stream, kernels, &d_args, n, &d_verdicts)?;
     keep.push(d_args);
