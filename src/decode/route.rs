@@ -1,6 +1,6 @@
 //! Who decompresses a batch of pages when the caller lets gpq choose
 //! ([`DecompressMode::Auto`](crate::DecompressMode::Auto)): the device
-//! (nvCOMP, or gpq's own SNAPPY decoder where nvCOMP is not there) or the
+//! (nvCOMP, or gpq's own SNAPPY decoder where the read asks for it) or the
 //! CPU, by an estimate of each one's time.
 //!
 //! nvCOMP gives each page one warp, so a batch takes at least as long as its
@@ -156,7 +156,7 @@ mod tests {
         assert!(prefer_cpu(Codec::Gzip, true, 16, &shape(1, 1 << 20, 3)).is_some());
         assert!(prefer_cpu(Codec::Gzip, true, 16, &shape(200, 1 << 20, 3)).is_none());
         assert!(prefer_cpu(Codec::Snappy, false, 16, &BatchShape::default()).is_none());
-        // gpq's SNAPPY decoder (where nvCOMP is not there): the same shapes.
+        // gpq's SNAPPY decoder (where the read asks for it): the same shapes.
         let gpq = |b: &BatchShape| prefer_cpu_over("gpq's SNAPPY decoder", GPQ_SNAPPY, Codec::Snappy, 16, b);
         assert!(gpq(&small).is_some_and(|why| why.contains("gpq's SNAPPY decoder")));
         assert!(gpq(&pass).is_none() && gpq(&tiny).is_none());
