@@ -4,7 +4,7 @@
 #   stages: info data-sf10 tests sanitizer sanitizer-races cufile-diag cufile-udev bench-io bench-decode
 #           verify-sf10 suite criterion tpch-bench tpch-sf30 tpch-profile tpch-explain tpch-cpu-time tpch-gpus ballista-gpus context-loss page-checks regressions sanitizer-core
 #           sanitizer-filter fuzz agg-quick agg-groups q6-knobs
-#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files sorted-selection debug-read
+#           bench-coverage batches check-kernel small-reads first-read kernel-paths overlap kernel-times many-files sorted-selection debug-read snappy-decoder
 #           python (bundle .device/python: the Python package's tests and benchmark)
 # Logs go to $OUT (the device tool returns them); a summary prints last.
 set -uo pipefail
@@ -726,6 +726,48 @@ stage_debug_read() {
     k=$((k + 1))
     eval "RUST_LOG=\${DEBUG_LOG:-gpq=debug} timeout 120 gpq read $args" > "$OUT/debug-read-$k.log" 2>&1
     note "debug-read $k ($args): rc=$? $(grep -E 'stages \(ms\)' "$OUT/debug-read-$k.log" | tail -1)"
+  done
+}
+
+# gpq's own SNAPPY decoder (opt-in) against nvCOMP behind the device check
+# (BENCHMARKS.md 5.16): SF10 lineitem read whole with each, alternating,
+# SNAPPY_ROUNDS rounds (medians of 5 reads); the decoder's read checked
+# against arrow-rs; SF10 supplier with the device forced, each decoder,
+# against the CPU decoders; the kernels' times of one read in one group.
+stage_snappy_decoder() {
+  f=$data/sf10/lineitem.parquet
+  sf10_lineitem
+  [ -e "$data/sf10/supplier.parquet" ] || gpq gen -s 10 --tables supplier --out "$data/sf10" > /dev/null 2>&1
+  cat "$f" "$data/sf10/supplier.parquet" > /dev/null
+  gpq read "$f" --repeat 1 > /dev/null 2>&1
+  for round in $(seq 1 "${SNAPPY_ROUNDS:-3}"); do
+    for s in gpq nvcomp; do
+      note "snappy-decoder lineitem round $round $s: $(GPQ_SNAPPY_DECODER=$s timeout 60 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)' | tr -s ' ')"
+    done
+  done
+  note "snappy-decoder lineitem verify: $(GPQ_SNAPPY_DECODER=gpq timeout 120 gpq read "$f" --verify 2>&1 | grep -E 'decompression:|verify:|rror' | tr -s ' ' | tr '\n' ';')"
+  for s in "gpq nvcomp" "nvcomp nvcomp" "nvcomp cpu"; do
+    set -- $s
+    note "snappy-decoder supplier $1 --decompress $2: $(GPQ_SNAPPY_DECODER=$1 timeout 30 gpq read "$data/sf10/supplier.parquet" --decompress "$2" --repeat 9 2>&1 | grep -E 'stages \(ms\)' | tr -s ' ')"
+  done
+  for s in gpq nvcomp; do
+    GPQ_SNAPPY_DECODER=$s timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      --kernel-name regex:"unsnap|check_compressed" gpq read "$f" --groups 1 > "$OUT/snappy-kernels-$s.csv" 2> /dev/null
+    note "snappy-decoder kernels $s: $(python3 - "$OUT/snappy-kernels-$s.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows:
+    print("no kernels"); sys.exit()
+h = rows[0]; k = h.index("Kernel Name"); v = h.index("Metric Value"); u = h.index("Metric Unit")
+t = collections.defaultdict(float)
+for r in rows[1:]:
+    try:
+        t[r[k].split("(")[0][:40]] += float(r[v].replace(",", "")) * {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3}.get(r[u], 1)
+    except ValueError:
+        pass
+print("; ".join(f"{n} {ms:.2f} ms" for n, ms in sorted(t.items(), key=lambda x: -x[1])))
+PY
+)"
   done
 }
 
