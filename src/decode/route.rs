@@ -54,8 +54,9 @@ fn nvcomp_rates(codec: Codec, isolated: bool) -> DeviceRates {
     DeviceRates { page, device: 100e9, fixed: if isolated { 3e-3 } else { 0.5e-3 } }
 }
 
-/// gpq's own SNAPPY decoder (`unsnappy.cu`, a block a page), as measured on
-/// the H100 over SF10 supplier's and lineitem's pages (BENCHMARKS.md 5.16).
+/// gpq's own SNAPPY decoder (`unsnappy.cu`, a block a page): its first
+/// version's rates on the H100 over SF10 supplier's largest page and
+/// lineitem's pages (BENCHMARKS.md 5.16); the current version is not yet timed.
 pub(crate) const GPQ_SNAPPY: DeviceRates = DeviceRates { page: 25e6, device: 55e9, fixed: 0.1e-3 };
 
 /// A CPU decoder's output rate on one core, bytes per second.
