@@ -128,6 +128,7 @@ fn memory_limit_bounds_every_pass(_: &Arc<GpuContext>) {
     let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(limit).build().unwrap();
     let planned = reader.num_passes();
     assert!(planned > 1, "a limit of {limit} bytes (the whole read peaks at {whole}) should take several passes");
+    assert!(reader.decode_ahead() > 1, "a quarter of the whole read leaves room for several passes at once");
     let mut reader = reader;
     let mut host = Vec::new();
     for batch in reader.by_ref() {
@@ -187,6 +188,32 @@ fn dictionary_strings_under_a_limit(size_statistics: bool) {
     }
     assert!(peak <= limit, "peak {peak} over the limit {limit}");
     assert_batches_equal("split passes", &expected, &arrow::compute::concat_batches(&expected.schema(), &host).unwrap());
+    // Passes of a row group, four at once. With the sizes, four fit the
+    // limit as planned; without them, under two thirds of what four took,
+    // they take more than the limit together and the reader goes on with
+    // fewer at once.
+    let four_at_once = |limit: u64| {
+        let mut reader =
+            DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(limit).with_batch_rows(1000).with_decode_ahead(4).build().unwrap();
+        let at_first = reader.decode_ahead();
+        let mut host = Vec::new();
+        for batch in reader.by_ref() {
+            host.push(batch.unwrap().to_record_batch().unwrap());
+        }
+        let peak = reader.peak_device_memory().unwrap();
+        eprintln!("size statistics {size_statistics}, limit {limit}: {at_first} passes at once, then {}; peak {peak}", reader.decode_ahead());
+        assert_eq!(at_first, 4);
+        assert!(peak <= limit, "peak {peak} over the limit {limit}");
+        assert_batches_equal("passes at once under a limit", &expected, &arrow::compute::concat_batches(&expected.schema(), &host).unwrap());
+        (reader.decode_ahead(), peak)
+    };
+    let (after, peak) = four_at_once(limit);
+    if size_statistics {
+        assert_eq!(after, 4, "with the values' sizes four passes fit the limit");
+    } else {
+        let (after, _) = four_at_once(peak / 3 * 2);
+        assert!(after < 4, "the footer's estimate is far below what the strings decode to: fewer passes at once");
+    }
 }
 
 fn memory_limit_too_small(_: &Arc<GpuContext>) {
@@ -242,9 +269,14 @@ fn several_files_are_one_sequence(_: &Arc<GpuContext>) {
         assert_eq!(rows, vec![700, 1, 1000, 1000, 500, 1000, 200], "{depth} passes at once");
         assert_batches_equal(&format!("four files, {depth} passes at once"), &want, &got);
     }
-    // A memory limit reads one pass at a time.
-    let limited = DeviceReaderBuilder::try_new_files(&files).unwrap().with_decode_ahead(4).with_device_memory_limit(1 << 30).build().unwrap();
-    assert_eq!(limited.decode_ahead(), 1);
+    // Under a memory limit the passes at once share it, or go one at a time.
+    for depth in [1, 4] {
+        let limited = DeviceReaderBuilder::try_new_files(&files).unwrap().with_decode_ahead(depth).with_device_memory_limit(1 << 30).build().unwrap();
+        assert_eq!(limited.decode_ahead(), depth);
+        let (rows, got) = collect(limited);
+        assert_eq!(rows, vec![700, 1, 2500, 1200], "{depth} passes at once under a limit");
+        assert_batches_equal(&format!("four files, {depth} passes at once under a limit"), &want, &got);
+    }
     // A corrupt file among them: the batches before it, then its typed error, then nothing.
     let bad_dir = tempfile::tempdir().unwrap();
     for (i, p) in files.iter().enumerate() {

@@ -7,10 +7,13 @@
 //! pass's working memory (its column chunks, decompressed pages and output
 //! columns, as the footer's sizes put them) and the next pass's column chunks
 //! (planned as a pass's own, the passes being alike) fit the limit together.
-//! [`DeviceBatchReader`] yields one [`DeviceTable`] per pass. Without a
-//! memory limit, several passes are read and decoded at once, each on a
-//! thread and stream of its own ([`DeviceReaderBuilder::with_decode_ahead`]),
-//! the batches returned in order; with one, while the GPU decodes a pass, a
+//! [`DeviceBatchReader`] yields one [`DeviceTable`] per pass. Several
+//! passes are read and decoded at once, each on a thread and stream of its
+//! own ([`DeviceReaderBuilder::with_decode_ahead`]), the batches returned in
+//! order: a pass's latency (a large compressed page takes a GPU decompressor
+//! milliseconds however little else runs) is hidden behind the others'.
+//! Under a memory limit they share it, each planned for its part; where the
+//! limit leaves room for one pass only, the GPU decodes one pass while a
 //! thread reads the next pass's chunks into device memory on a second
 //! stream.
 //!
@@ -214,9 +217,10 @@ impl DeviceReaderBuilder {
         self
     }
 
-    /// The most device memory the reader may hold at once: the pass being
-    /// decoded (its chunks, decompressed pages, scratch and the columns
-    /// being built) and the next pass's chunks being read. Tables already
+    /// The most device memory the reader may hold at once: the passes being
+    /// decoded (their chunks, decompressed pages, scratch and the columns
+    /// being built, and the tables decoded ahead but not yet returned) and,
+    /// one pass at a time, the next pass's chunks being read. Tables already
     /// returned are not counted.
     pub fn with_device_memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = Some(bytes);
@@ -236,9 +240,16 @@ impl DeviceReaderBuilder {
     /// matters where passes are small: many small files, say). Default:
     /// as many as a quarter of the device's free memory holds by the
     /// footer's estimate of the largest pass, at most
-    /// [`MAX_DECODE_AHEAD`]; asked for, at most four times that. A reader
-    /// with a memory limit decodes one pass at a time, the next one's chunks
-    /// read beside it.
+    /// [`MAX_DECODE_AHEAD`]; asked for, at most four times that.
+    ///
+    /// Under a memory limit the passes at once share it: each is planned
+    /// for its part of four fifths of the limit (a margin for the footer's
+    /// estimates), so more at once means smaller passes. Default
+    /// [`BOUNDED_DECODE_AHEAD`], fewer where the largest row group would not
+    /// fit its part; 1 decodes one pass at a time, the next one's chunks
+    /// read beside it. Should the passes still take more than the limit
+    /// (an estimate short of the real need), the reader goes on with half
+    /// as many at once.
     pub fn with_decode_ahead(mut self, passes: usize) -> Self {
         // Each pass in flight holds its IO threads and staging buffers.
         self.decode_ahead = Some(passes.clamp(1, 4 * MAX_DECODE_AHEAD));
@@ -255,6 +266,7 @@ impl DeviceReaderBuilder {
         }
         let (ctx, setup) = super::device_setup(self.options.device)?;
         let mut passes = Vec::new();
+        let mut runs: Vec<Vec<Pass>> = Vec::new();
         let mut schema: Option<SchemaRef> = None;
         let mut worker = false;
         for (fi, (path, footer)) in self.files.iter().enumerate() {
@@ -273,16 +285,30 @@ impl DeviceReaderBuilder {
             }
             worker |= crate::decode::needs_nvcomp_worker(&plan, &self.options);
             let per_rg = row_group_passes(&plan);
-            let runs = match &self.selection {
+            let file_runs = match &self.selection {
                 Some(selection) => select_rows(per_rg, selection),
                 None => vec![per_rg],
             };
-            for run in runs {
-                let grouped = group_passes(run, self.batch_rows, self.pass_bytes, self.memory_limit, self.prefetch);
-                passes.extend(grouped.into_iter().map(|p| Pass { file: fi, ..p }));
-            }
+            runs.extend(file_runs.into_iter().map(|run| run.into_iter().map(|p| Pass { file: fi, ..p }).collect::<Vec<_>>()));
         }
         let schema = schema.ok_or_else(|| Error::Internal("a reader without files".into()))?;
+        let bounded_depth = match self.memory_limit {
+            Some(limit) if self.prefetch => {
+                let largest = runs.iter().flatten().map(|p| p.working).max().unwrap_or(0);
+                bounded_decode_ahead(limit, largest, self.decode_ahead.unwrap_or(BOUNDED_DECODE_AHEAD))
+            }
+            _ => 1,
+        };
+        // Passes decoded at once under a limit share it: each is planned
+        // for its part (less a margin for the footer's estimate), and reads
+        // its own chunks (no prefetch beside it).
+        let (pass_limit, pass_prefetch) = match self.memory_limit {
+            Some(limit) if bounded_depth > 1 => (Some(limit / 5 * 4 / bounded_depth as u64), false),
+            limit => (limit, self.prefetch),
+        };
+        for run in runs {
+            passes.extend(group_passes(run, self.batch_rows, self.pass_bytes, pass_limit, pass_prefetch));
+        }
         // The limit cuts the passes, so that the last one reads only the pages it needs.
         if let Some(limit) = self.limit {
             let mut left = limit as u64;
@@ -312,8 +338,10 @@ impl DeviceReaderBuilder {
         };
         let budget = self.memory_limit.map(|limit| MemoryBudget::new(&named, limit));
         let streams = [ctx.new_stream_with_budget(budget.clone())?, ctx.new_stream_with_budget(budget.clone())?];
-        let depth = if self.memory_limit.is_some() || !self.prefetch || passes.len() < 2 {
+        let depth = if !self.prefetch || passes.len() < 2 {
             1
+        } else if self.memory_limit.is_some() {
+            bounded_depth.min(passes.len())
         } else {
             match self.decode_ahead {
                 Some(n) => n,
@@ -327,8 +355,9 @@ impl DeviceReaderBuilder {
         };
         // A single pass goes the same way: read as one read would be (its
         // groups overlapped, see `ReadOptions::overlap_groups`).
-        let ahead = self.memory_limit.is_none() && self.prefetch && (depth > 1 || passes.len() == 1);
-        let ahead_streams = if ahead { (0..depth).map(|_| ctx.new_stream()).collect::<Result<Vec<_>>>()? } else { Vec::new() };
+        let ahead = self.prefetch && (depth > 1 || (passes.len() == 1 && self.memory_limit.is_none()));
+        let ahead_streams =
+            if ahead { (0..depth).map(|_| ctx.new_stream_with_budget(budget.clone())).collect::<Result<Vec<_>>>()? } else { Vec::new() };
         Ok(DeviceBatchReader {
             files: self.files,
             options: self.options,
@@ -491,6 +520,19 @@ fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, pass_bytes: Option<u6
 /// The most passes a reader decodes at once by default
 /// ([`DeviceReaderBuilder::with_decode_ahead`]).
 pub const MAX_DECODE_AHEAD: usize = 16;
+
+/// How many passes a reader with a memory limit decodes at once by default
+/// (they share the limit: see [`DeviceReaderBuilder::with_decode_ahead`]).
+pub const BOUNDED_DECODE_AHEAD: usize = 4;
+
+/// Passes at once under a memory limit of `limit` bytes, `wanted` asked
+/// for: as many as leave each pass, planned for its share of the limit less
+/// a fifth, room for `largest_row_group` (a pass holds one row group at
+/// least); 1 where two would not.
+fn bounded_decode_ahead(limit: u64, largest_row_group: u64, wanted: usize) -> usize {
+    let fits = (limit / 5 * 4).checked_div(largest_row_group.max(1)).unwrap_or(0);
+    usize::try_from(fits).unwrap_or(usize::MAX).min(wanted).max(1)
+}
 
 /// A pass being read and decoded on a thread of its own.
 struct Ahead {
@@ -670,6 +712,8 @@ impl DeviceBatchReader {
             };
             match made {
                 Ok(mut table) => {
+                    // (The caller's now: no longer counted against the limit.)
+                    table.detach_budget();
                     if k == 0 {
                         table.add_plan_time(self.planned);
                     }
@@ -679,6 +723,21 @@ impl DeviceBatchReader {
                     self.next += 1;
                     self.fill_ahead();
                     return Some(Ok(table));
+                }
+                Err(Error::OverBudget { .. }) if self.budget.is_some() => {
+                    // The passes at once took more than the footer's
+                    // estimates: fewer of them (passes planned for more
+                    // company fit more easily), and this one again. One at a
+                    // time, the reader splits what still does not fit.
+                    self.cancel_ahead();
+                    let fewer = self.ahead_streams.len() / 2;
+                    tracing::info!(pass = k, at_once = fewer.max(1), "passes decoded at once exceed the memory limit; fewer at once");
+                    if fewer > 1 {
+                        self.ahead_streams.truncate(fewer);
+                    } else {
+                        self.ahead_streams.clear();
+                        return self.next_batch();
+                    }
                 }
                 Err(e) => {
                     // nvCOMP never finished on this pass, or on one after it
@@ -858,7 +917,7 @@ impl DeviceBatchReader {
         let ctx = GpuContext::get(self.options.device)?;
         self.streams = [ctx.new_stream_with_budget(self.budget.clone())?, ctx.new_stream_with_budget(self.budget.clone())?];
         for s in &mut self.ahead_streams {
-            *s = ctx.new_stream()?;
+            *s = ctx.new_stream_with_budget(self.budget.clone())?;
         }
         self.ctx = ctx;
         Ok(())
@@ -912,6 +971,17 @@ mod tests {
         assert_eq!(shape(&runs[0]), vec![(vec![1], 20, 30)]);
         assert!(select_rows(rgs(&[100]), &selection(&[(true, 100), (false, 0)])).is_empty());
         assert!(select_rows(rgs(&[100]), &selection(&[])).is_empty());
+    }
+
+    #[test]
+    fn passes_at_once_under_a_limit_leave_each_room_for_a_row_group() {
+        // Four fifths of 1,000 is 800: four row groups of 200, two of 400, one of 401.
+        assert_eq!(bounded_decode_ahead(1000, 200, 8), 4);
+        assert_eq!(bounded_decode_ahead(1000, 200, 3), 3);
+        assert_eq!(bounded_decode_ahead(1000, 400, 8), 2);
+        assert_eq!(bounded_decode_ahead(1000, 401, 8), 1);
+        assert_eq!(bounded_decode_ahead(1000, 5000, 8), 1);
+        assert_eq!(bounded_decode_ahead(u64::MAX, 0, 4), 4);
     }
 
     #[test]

@@ -5,9 +5,8 @@
 //! decoded beside the IO of the groups after it (see
 //! [`ReadOptions::overlap_groups`]); `batches` ([`DeviceReaderBuilder`])
 //! reads it as a sequence of device tables, each a pass over a few row
-//! groups, bounded in rows and device memory: several passes at once without
-//! a memory limit, else the IO of the next pass beside the decode of the
-//! current one.
+//! groups, bounded in rows and device memory, several passes at once (under
+//! a memory limit, sharing it).
 
 mod batches;
 

@@ -54,9 +54,9 @@ pub struct ReadArgs {
     /// Read at most this many rows, through the batch reader.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Through the batch reader without a memory limit: how many passes are
-    /// read and decoded at once (default: as many as a quarter of the free
-    /// device memory holds, at most 16).
+    /// Through the batch reader: how many passes are read and decoded at
+    /// once (default: as many as a quarter of the free device memory holds,
+    /// at most 16; under --memory-limit, 4, sharing the limit).
     #[arg(long)]
     pub decode_ahead: Option<usize>,
     /// Split a whole read into this many groups of row groups whose IO, page
