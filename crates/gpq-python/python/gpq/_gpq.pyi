@@ -47,7 +47,9 @@ def read_parquet_batches(
     """Reads one file, a list of files or a directory's Parquet files as a
     sequence of device tables of at most ``batch_rows`` rows (whole row
     groups) and within ``memory_limit`` bytes of device memory, ``limit``
-    rows in all."""
+    rows in all. ``decode_ahead`` passes are read and decoded at once
+    (default: as many as a quarter of the free device memory holds, at most
+    16; under ``memory_limit``, 4, which share the limit)."""
 
 def read_schema(path: _Path, columns: Optional[Sequence[str]] = None) -> "Schema":
     """The schema a read of ``path`` (these columns) returns; needs no GPU."""
