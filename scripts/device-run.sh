@@ -612,9 +612,13 @@ stage_batches() {
   cat "$f" > /dev/null
   gpq read "$f" --repeat 2 > /dev/null 2>&1
   note "batches whole: $(timeout 120 gpq read "$f" --repeat 5 2>&1 | grep -E 'stages \(ms\)')"
+  # Under each limit, BATCH_AHEAD passes at once (1: one at a time, the
+  # next one's chunks read beside it; 4: the default).
   for limit in ${BATCH_LIMITS:-1GiB 4GiB}; do
-    out=$(timeout 300 gpq read "$f" --memory-limit "$limit" --repeat 5 2>&1)
-    note "batches limit $limit: $(echo "$out" | grep -E 'batches:|wall:|device memory:' | tr -s ' ' | tr '\n' ';')"
+    for ahead in ${BATCH_AHEAD:-1 4 8}; do
+      out=$(timeout 300 gpq read "$f" --memory-limit "$limit" --decode-ahead "$ahead" --repeat 5 2>&1)
+      note "batches limit $limit decode-ahead $ahead: $(echo "$out" | grep -E 'batches:|wall:|device memory:' | tr -s ' ' | tr '\n' ';')"
+    done
   done
   out=$(timeout 300 gpq read "$f" --memory-limit "${BATCH_VERIFY_LIMIT:-1GiB}" --verify 2>&1)
   note "batches verify: $(echo "$out" | grep -E 'verify:|error' | tr -s ' ' | tr '\n' ';')"

@@ -287,12 +287,17 @@ fn run_batches(args: &ReadArgs) -> gpq::Result<ExitCode> {
             }
         }
         walls.push(t.elapsed().as_secs_f64());
+        // (Fewer at the end where the passes at once took more than a memory limit.)
+        let ahead = (ahead, reader.decode_ahead());
         last = Some((batches, rows, decoded, requested, reader.peak_device_memory(), reader.schema().clone(), host, ahead));
     }
     let Some((batches, rows, decoded, requested, peak, schema, host, ahead)) = last else { return Ok(ExitCode::SUCCESS) };
     let med = median(&mut walls);
     println!("{} ({} file{})", args.path.display(), files.len(), if files.len() == 1 { "" } else { "s" });
-    println!("  batches:       {batches} ({rows} rows; {ahead} decoded at once)");
+    match ahead {
+        (first, end) if first == end => println!("  batches:       {batches} ({rows} rows; {first} decoded at once)"),
+        (first, end) => println!("  batches:       {batches} ({rows} rows; {first} decoded at once, {end} after the memory limit was reached)"),
+    }
     println!("  bytes:         requested {}", human_bytes(requested));
     println!("  wall:          {:.2} ms (median of {}), {:.2} GB/s decoded ({})", med * 1e3, walls.len(), decoded as f64 / med / 1e9, human_bytes(decoded));
     match (peak, args.memory_limit) {
