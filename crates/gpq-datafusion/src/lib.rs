@@ -108,6 +108,13 @@
 //! plan node), `table` (the provider), `remote` (tables and
 //! scans as bytes).
 //!
+//! # Device batches as a stream
+//!
+//! [`device_table_stream`] turns gpq's blocking batch reader
+//! ([`gpq::DeviceReaderBuilder`]) into an async [`futures::Stream`] of
+//! device tables, for async code that wants the batches on the GPU rather
+//! than DataFusion's host batches.
+//!
 //! # Across processes
 //!
 //! [`GpqTable::to_bytes`] and [`GpqScanExec::to_bytes`] describe a table
@@ -124,6 +131,7 @@ mod aggregate;
 mod cpu;
 mod device_aggregate;
 mod device_run;
+mod device_stream;
 mod exec;
 mod file;
 mod filter;
@@ -147,6 +155,7 @@ use datafusion::prelude::SessionContext;
 
 pub use aggregate::{GpqAggregatePushdown, GpqPartialAggregateExec};
 pub use device_aggregate::DEFAULT_DEVICE_AGGREGATION_MAX_GROUPS;
+pub use device_stream::{DeviceTableStream, device_table_stream};
 pub use exec::GpqScanExec;
 pub use options::{Backend, DEFAULT_GPU_MIN_PASSES, DEFAULT_GPU_MIN_SCAN_BYTES, DEFAULT_GPU_READ_BYTES, GpqTableOptions};
 pub use remote::ScanDevice;
