@@ -3,6 +3,8 @@
 //! device, else on gpq's CPU emulator of the kernels (the `emulator`
 //! feature), else it is reported as ignored.
 
+mod common;
+
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,36 +14,21 @@ use arrow::datatypes::{DataType, Field, Schema};
 use futures::StreamExt;
 use gpq::DeviceReaderBuilder;
 use gpq_datafusion::device_table_stream;
-use libtest_mimic::{Arguments, Failed, Trial};
+use common::{gpu_trial, runtime};
+use libtest_mimic::{Arguments, Failed};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let device = gpq::cuda::device_available();
-    let trial = |name: &str, test: fn() -> Result<(), Failed>| {
-        if device {
-            Trial::test(name, test)
-        } else if gpq::cuda::emulator_compiled() {
-            Trial::test(name, move || {
-                gpq::cuda::use_emulator()?;
-                test()
-            })
-        } else {
-            Trial::test(name, test).with_ignored_flag(true)
-        }
-    };
     let trials = vec![
-        trial("the_stream_yields_the_readers_batches", the_stream_yields_the_readers_batches),
-        trial("an_error_ends_the_stream", an_error_ends_the_stream),
+        gpu_trial("the_stream_yields_the_readers_batches", the_stream_yields_the_readers_batches),
+        gpu_trial("an_error_ends_the_stream", an_error_ends_the_stream),
     ];
     libtest_mimic::run(&args, trials).exit_code()
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
-}
 
 /// 5,000 rows in row groups of 1,000: an id and a string.
 fn write_sample(path: &Path) -> RecordBatch {

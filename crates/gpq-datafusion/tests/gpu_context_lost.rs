@@ -5,6 +5,8 @@
 //! device, else on gpq's CPU emulator of the kernels (the `emulator`
 //! feature), else it is reported as ignored.
 
+mod common;
+
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,35 +17,23 @@ use arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpq_datafusion::{Backend, GpqScanExec, GpqTableOptions, register_gpq};
-use libtest_mimic::{Arguments, Failed, Trial};
+use common::{gpu_trial, runtime};
+use libtest_mimic::Arguments;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let device = gpq::cuda::device_available();
-    let trial = |name: &str, test: fn() -> Result<(), Failed>| {
-        if device {
-            Trial::test(name, test)
-        } else if gpq::cuda::emulator_compiled() {
-            Trial::test(name, move || {
-                gpq::cuda::use_emulator()?;
-                test()
-            })
-        } else {
-            Trial::test(name, test).with_ignored_flag(true)
-        }
-    };
     let trials = vec![
-        trial("lost_context_read_is_answered_on_the_cpu", || {
+        gpu_trial("lost_context_read_is_answered_on_the_cpu", || {
             runtime()?.block_on(lost_context_read_is_answered_on_the_cpu());
             Ok(())
         }),
-        trial("lost_context_mid_run_resumes_where_it_stopped", || {
+        gpu_trial("lost_context_mid_run_resumes_where_it_stopped", || {
             runtime()?.block_on(lost_context_mid_run_resumes_where_it_stopped());
             Ok(())
         }),
-        trial("corrupt_data_still_fails_on_the_gpu_backend", || {
+        gpu_trial("corrupt_data_still_fails_on_the_gpu_backend", || {
             runtime()?.block_on(corrupt_data_still_fails_on_the_gpu_backend());
             Ok(())
         }),
@@ -51,12 +41,6 @@ fn main() -> ExitCode {
     libtest_mimic::run(&args, trials).exit_code()
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-}
 
 /// 1000 rows in row groups of 100: `a` = 0..1000, `b` = `a % 13`.
 fn write_file(path: &Path) {
