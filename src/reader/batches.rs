@@ -530,7 +530,7 @@ pub const BOUNDED_DECODE_AHEAD: usize = 4;
 /// a fifth, room for `largest_row_group` (a pass holds one row group at
 /// least); 1 where two would not.
 fn bounded_decode_ahead(limit: u64, largest_row_group: u64, wanted: usize) -> usize {
-    let fits = (limit / 5 * 4).checked_div(largest_row_group.max(1)).unwrap_or(0);
+    let fits = limit / 5 * 4 / largest_row_group.max(1);
     usize::try_from(fits).unwrap_or(usize::MAX).min(wanted).max(1)
 }
 
