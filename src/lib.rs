@@ -73,7 +73,7 @@ pub use io::DeviceChunks;
 pub use options::{ColumnSelector, DecompressMode, IoOptions, IoPath, OVERLAP_GROUP_BYTES, OVERLAP_MAX_GROUPS, OVERLAP_MAX_WORKER_GROUPS, ReadOptions, DeviceDecoder, ZstdDecoder};
 pub use plan::{Footer, ReadPlan, cached_footers, clear_footer_cache, read_footer, read_footer_with_page_index};
 pub use reader::{
-    DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
+    BOUNDED_DECODE_AHEAD, DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD, can_decode, read_column_chunks, read_parquet_to_device, read_parquet_to_device_with_footer,
 };
 pub use stats::{DecompressStats, FilterStats, IoStats, OverlapStats, ReadStats, SetupStats};
 

@@ -10,7 +10,7 @@
 
 mod batches;
 
-pub use batches::{DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD};
+pub use batches::{BOUNDED_DECODE_AHEAD, DeviceBatchReader, DeviceReaderBuilder, MAX_DECODE_AHEAD};
 
 use std::path::Path;
 use std::time::Instant;
