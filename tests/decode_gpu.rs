@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "kernels_come_prebuilt", kernels_come_prebuilt),
         gpu_trial(&device, "overlapped_groups_read_what_one_group_reads", overlapped_groups),
         gpu_trial(&device, "string_views_on_request", string_views_on_request),
+        gpu_trial(&device, "plain_values_that_read_as_lengths", plain_values_that_read_as_lengths),
     ])
 }
 
@@ -969,4 +970,57 @@ fn string_views_on_request(_ctx: &Arc<GpuContext>) {
         assert_eq!(got.column(i).as_ref(), want.as_ref(), "column {i}");
     }
     assert_eq!(got.column(3).as_ref(), expected.column(3).as_ref());
+}
+
+/// PLAIN byte arrays whose bytes read as plausible lengths from the wrong
+/// offset: runs of empty values, values of zeros, values that are themselves
+/// PLAIN streams, and values longer than a thread's share of the walk. The
+/// block-wide walk guesses where the chain enters each chunk and must repair
+/// every wrong guess; data pages and dictionary pages (low cardinality), with
+/// and without nulls, small and large pages, all equal to arrow-rs.
+fn plain_values_that_read_as_lengths(_ctx: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 12_000;
+    let value = |r: &mut Rng, i: usize| -> Vec<u8> {
+        match r.below(9) {
+            0 | 1 => Vec::new(),
+            2 => vec![0; r.below(12) as usize],
+            3 => {
+                // A PLAIN stream of its own: lengths and bytes of small values.
+                let mut v = Vec::new();
+                for _ in 0..r.below(6) {
+                    let k = r.below(9) as u32;
+                    v.extend_from_slice(&k.to_le_bytes());
+                    v.extend((0..k).map(|_| r.below(3) as u8));
+                }
+                v
+            }
+            4 => (0..r.below(40)).map(|_| r.below(2) as u8).collect(),
+            5 => vec![0; 200 + r.below(2_000) as usize],
+            6 => (0..r.below(700)).map(|_| r.next() as u8).collect(),
+            7 => format!("ordinary text {i}").into_bytes(),
+            _ => ((r.below(64) as u32).to_le_bytes()).to_vec(),
+        }
+    };
+    for (seed, nulls) in [(1u64, false), (2, true)] {
+        let mut r = Rng::new(seed);
+        let vals: Vec<Option<Vec<u8>>> = (0..rows).map(|i| (!nulls || r.below(5) != 0).then(|| value(&mut r, i))).collect();
+        let few: Vec<Option<Vec<u8>>> = (0..rows).map(|i| vals[(i * 7) % 40].clone()).collect();
+        let plain: BinaryArray = vals.iter().map(|v| v.as_deref()).collect();
+        let dict: BinaryArray = few.iter().map(|v| v.as_deref()).collect();
+        let batch = RecordBatch::try_from_iter([("plain", Arc::new(plain) as ArrayRef), ("dict", Arc::new(dict))]).unwrap();
+        for page_bytes in [1usize << 10, 1 << 20] {
+            let path = dir.path().join(format!("plain-{seed}-{page_bytes}.parquet"));
+            let props = WriterProperties::builder()
+                .set_column_dictionary_enabled(ColumnPath::from("plain"), false)
+                .set_column_dictionary_enabled(ColumnPath::from("dict"), true)
+                .set_data_page_size_limit(page_bytes)
+                .set_write_batch_size(64)
+                .build();
+            let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            assert_same(&path, &ReadOptions::new());
+        }
+    }
 }

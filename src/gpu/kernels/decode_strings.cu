@@ -21,84 +21,170 @@ struct DictDesc {
 
 // The PLAIN walk. Each value is a u32 length and its bytes, so where a value
 // starts is known only once the one before it has been read: a chain. Walked
-// by one thread, short strings (TPC-H's flags: 5 bytes a value) leave the
-// block idle for most of the page. The block instead takes a window of
-// WALK_WINDOW bytes at a time and treats every byte as a candidate start:
-// jump[0][c] is where the value starting at c would end (the next start),
-// jump[k] the 2^k-th next start, built by pointer doubling; thread r then
-// finds the r-th value of the window in WALK_LEVELS lookups. Values longer
-// than WALK_SERIAL_BYTES on average make windows of few values, and those
-// batches are walked by thread 0 as before.
-#define WALK_WINDOW 1024
-#define WALK_LEVELS 7                     // at most 2^7 values per window
+// by one thread, short strings leave the block idle for most of the page, and
+// a page is as slow as its longest chain. The block instead takes a region of
+// GPQ_BLOCK * PLAIN_CHUNK bytes at a time, and each thread answers for one
+// chunk of it:
+//   1. Speculate. A thread guesses where the chain enters its chunk: the first
+//      byte from which two values in a row fit the stream (text bytes read as
+//      a length overshoot the stream, so in text this is nearly always right),
+//      and walks from there to the first value past the chunk, counting.
+//   2. Resolve, on thread 0. The chain really enters chunk t where it leaves
+//      chunk t - 1. Where a guess agrees, so do the chunks after it whose
+//      guesses continue it (one bit each, found with ffs); where it does not,
+//      thread 0 walks that chunk from the true entry. A wrong guess costs one
+//      chunk's serial walk, never a wrong answer.
+//   3. Record. A prefix sum of the counts numbers the values, and each thread
+//      walks its chunk again, writing the values the caller asked for.
+// Values longer than WALK_SERIAL_BYTES on average leave most chunks without a
+// start; those batches are walked by thread 0 alone (gpq_string_sizes).
+#define PLAIN_CHUNK 128
+#define PLAIN_REGION ((u64)GPQ_BLOCK * PLAIN_CHUNK)
+#define PLAIN_NONE 0xffffffffu             // no entry guessed / the chain ended
 #define WALK_SERIAL_BYTES 256
-#define WALK_OUT WALK_WINDOW              // the next start lies past the window
-#define WALK_BAD (WALK_WINDOW + 1)        // no value can start here: it would run past the stream
 
-// Scratch of the block-wide walk (17 KB of shared memory).
+// Scratch of the block-wide walk (about 3 KB of shared memory).
 struct PlainWalk {
-  u16 jump[WALK_LEVELS][WALK_WINDOW];
-  u8 bytes[WALK_WINDOW + 4];              // the window, zero past the stream's end
+  u32 entry[GPQ_BLOCK];     // where the chain enters the chunk (guess, then true)
+  u32 exit[GPQ_BLOCK];      // the first chain position past the chunk, or PLAIN_NONE where it ended inside
+  u32 count[GPQ_BLOCK];     // values starting in [entry, chunk end)
+  u32 agrees[GPQ_BLOCK / 32];   // bit t: chunk t's guess holds if chunk t - 1's did
+  u32 resolved;             // chunks [0, resolved) are true; the rest hold no values
+  u32 warp_sums[GPQ_BLOCK / 32 + 1];
 };
-static_assert((1u << WALK_LEVELS) <= GPQ_BLOCK, "one thread per value of a window");
 
 GPQ_DEVICE u32 le32_at(const u8* b) { return (u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24); }
+
+// Where the value starting at p of v[0, n) ends, or PLAIN_NONE where its
+// length or bytes run past the stream.
+GPQ_DEVICE u32 plain_next(const u8* v, u32 n, u64 p) {
+  if (p + 4 > n) return PLAIN_NONE;
+  u64 next = p + 4 + le32_at(v + p);
+  return next <= n ? (u32)next : PLAIN_NONE;
+}
+
+struct PlainChunk {
+  u32 exit;     // first chain position >= end, or PLAIN_NONE where a value inside ran past the stream
+  u32 count;
+};
+
+// Walks the chain from `from` to the first position at or past `end`.
+GPQ_DEVICE PlainChunk plain_walk_chunk(const u8* v, u32 n, u32 from, u64 end) {
+  PlainChunk w{from, 0};
+  while (w.exit < end) {   // each step moves forward by at least 4 bytes
+    u32 next = plain_next(v, n, w.exit);
+    if (next == PLAIN_NONE) { w.exit = PLAIN_NONE; break; }
+    w.exit = next;
+    w.count++;
+  }
+  return w;
+}
+
+// Exclusive prefix sum of v over the block (all threads call it).
+GPQ_DEVICE u32 block_prefix_u32(u32 v, u32* warp_sums, u32* total) {
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u32 x = v;
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u32 y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 acc = 0;
+    for (u32 k = 0; k < GPQ_BLOCK / 32; k++) { u32 c = warp_sums[k]; warp_sums[k] = acc; acc += c; }
+    warp_sums[GPQ_BLOCK / 32] = acc;
+  }
+  __syncthreads();
+  u32 r = warp_sums[warp] + x - v;
+  *total = warp_sums[GPQ_BLOCK / 32];
+  __syncthreads();
+  return r;
+}
 
 // Finds the next `count` PLAIN values from byte *cursor (shared memory) of
 // the stream v[0, n) and records value j's start (`base` + offset) and
 // length at src[j * stride] and len[j * stride]; advances *cursor. All
-// threads call it with the same arguments and get the same result: 0, or
-// GPQ_ERR_TRUNCATED_PAGE where a value runs past the stream (as a
-// sequential walk reports).
+// threads of a GPQ_BLOCK-thread block call it with the same arguments and get
+// the same result: 0, or GPQ_ERR_TRUNCATED_PAGE where a value it needs runs
+// past the stream or the stream ends first (as a sequential walk reports).
 GPQ_DEVICE u32 plain_walk_block(PlainWalk& w, u32* cursor, const u8* v, u32 n, u32 base, u32 count, u32* src,
                                 u32* len, u32 stride) {
+  const u32 t = threadIdx.x;
   u32 found = 0;
   while (found < count) {
     const u32 pos = *cursor;   // moved before the last barrier
-    for (u32 i = threadIdx.x; i < WALK_WINDOW + 4; i += blockDim.x) {
-      u64 a = (u64)pos + i;
-      w.bytes[i] = a < n ? v[a] : 0;
+    const u64 lo = (u64)pos + (u64)t * PLAIN_CHUNK, hi = lo + PLAIN_CHUNK;
+    // 1. Speculate.
+    u32 guess = t == 0 ? pos : PLAIN_NONE;
+    for (u64 p = lo; t > 0 && p < hi && p < n; p++) {
+      u32 next = plain_next(v, n, p);
+      if (next != PLAIN_NONE && (next == n || plain_next(v, n, next) != PLAIN_NONE)) { guess = (u32)p; break; }
+    }
+    PlainChunk mine{PLAIN_NONE, 0};
+    if (guess != PLAIN_NONE) mine = plain_walk_chunk(v, n, guess, hi);
+    const bool usable = mine.exit != PLAIN_NONE;   // a guess that ran past the stream is left to thread 0
+    w.entry[t] = usable ? guess : PLAIN_NONE;
+    w.exit[t] = mine.exit;
+    w.count[t] = mine.count;
+    __syncthreads();
+    const u32 prev_exit = t > 0 ? w.exit[t - 1] : PLAIN_NONE;
+    const u32 bits = __ballot_sync(0xffffffffu, usable && t > 0 && guess == prev_exit);
+    if ((t & 31) == 0) w.agrees[t >> 5] = bits;
+    __syncthreads();
+    // 2. Resolve.
+    if (t == 0) {
+      u32 entry = pos;   // the true entry of chunk c
+      u32 c = 0;
+      while (c < GPQ_BLOCK && entry != PLAIN_NONE) {
+        if (w.entry[c] == entry) {
+          // Chunk c holds, and so do the chunks up to the next that does not continue it.
+          u32 g = c + 1;
+          while (g < GPQ_BLOCK) {
+            u32 word = ~w.agrees[g >> 5] & (0xffffffffu << (g & 31));
+            if (word) { g = (g & ~31u) + __ffs(word) - 1; break; }
+            g = (g & ~31u) + 32;
+          }
+          if (g > GPQ_BLOCK) g = GPQ_BLOCK;
+          entry = w.exit[g - 1];
+          c = g;
+        } else {
+          PlainChunk fix = plain_walk_chunk(v, n, entry, (u64)pos + (u64)(c + 1) * PLAIN_CHUNK);
+          w.entry[c] = entry;
+          w.exit[c] = fix.exit;
+          w.count[c] = fix.count;
+          entry = fix.exit;
+          c++;
+        }
+      }
+      w.resolved = c;
     }
     __syncthreads();
-    for (u32 c = threadIdx.x; c < WALK_WINDOW; c += blockDim.x) {
-      u64 a = (u64)pos + c;
-      u16 j = WALK_BAD;
-      if (a + 4 <= n) {
-        u64 next = a + 4 + le32_at(&w.bytes[c]);
-        if (next <= n) j = next - pos < WALK_WINDOW ? (u16)(next - pos) : (u16)WALK_OUT;
-      }
-      w.jump[0][c] = j;
-    }
-    __syncthreads();
-    for (u32 k = 1; k < WALK_LEVELS; k++) {
-      for (u32 c = threadIdx.x; c < WALK_WINDOW; c += blockDim.x) {
-        u16 j = w.jump[k - 1][c];
-        w.jump[k][c] = j < WALK_WINDOW ? w.jump[k - 1][j] : j;
-      }
-      __syncthreads();
-    }
-    // Value r of the window (the first, r = 0, starts at the window's start).
-    const u32 r = threadIdx.x;
-    u32 node = 0;
-    for (u32 k = 0; k < WALK_LEVELS; k++) {
-      if (((r >> k) & 1) && node < WALK_WINDOW) node = w.jump[k][node];
-    }
-    const bool member = r < (1u << WALK_LEVELS) && node < WALK_WINDOW;
-    const u32 members = __syncthreads_count(member);   // values 0 .. members - 1; at least 1
-    const u32 take = min(members, count - found);
+    // 3. Record.
+    const bool live = t < w.resolved;
+    u32 total;
+    const u32 first = block_prefix_u32(live ? w.count[t] : 0, w.warp_sums, &total);
+    const u32 need = count - found;
     bool bad = false;
-    if (r < take) {
-      if (w.jump[0][node] == WALK_BAD) {
-        bad = true;
-      } else {
-        u32 length = le32_at(&w.bytes[node]);
-        src[(u64)(found + r) * stride] = base + pos + node + 4;
-        len[(u64)(found + r) * stride] = length;
-        if (r == take - 1) *cursor = pos + node + 4 + length;
+    if (live && first < need && w.count[t] > 0) {
+      u32 p = w.entry[t];
+      const u32 upto = min(w.count[t], need - first);
+      for (u32 i = 0; i < upto; i++) {
+        u32 next = plain_next(v, n, p);   // known to fit: the walk above counted it
+        src[(u64)(found + first + i) * stride] = base + p + 4;
+        len[(u64)(found + first + i) * stride] = next - p - 4;
+        p = next;
       }
+      if (first + upto == need) *cursor = p;
+    }
+    // Fewer values than needed: the region's end, or where the chain ended.
+    const u32 last_exit = w.resolved > 0 ? w.exit[w.resolved - 1] : PLAIN_NONE;
+    if (t == 0 && total < need) {
+      if (w.resolved < GPQ_BLOCK || last_exit == PLAIN_NONE) bad = true;
+      else *cursor = last_exit;
     }
     if (__syncthreads_or(bad)) return GPQ_ERR_TRUNCATED_PAGE;
-    found += take;
+    found += min(total, need);
   }
   return 0;
 }
