@@ -178,19 +178,27 @@ GPQ_DEVICE u32 unsnap_window(UnsnapScratch& s, const u8* in, u32 in_len, u8* dst
     }
     __syncthreads();
     // Pointer jumping: each round, an unresolved byte takes its source's
-    // entry (the source's value, or the source's own source). Entries only
-    // ever move to earlier bytes, so reads of entries being rewritten in the
-    // same round are right either way; chains of at most UNSNAP_CAP links
+    // entry (the source's value, or the source's own source). A round reads
+    // every entry before it writes any (a barrier between), so no thread reads
+    // an entry another is rewriting; chains of at most UNSNAP_CAP links
     // resolve in log2(UNSNAP_CAP) + 1 rounds.
     bool pending = true;
     for (u32 round = 0; round < 32 && pending; round++) {
+      u32 next[UNSNAP_CAP / UNSNAP_THREADS];
       bool mine = false;
-      for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-        const u32 e = s.byte[i];
-        if (e & UNSNAP_DONE) continue;
-        const u32 f = s.byte[e];
-        s.byte[i] = f;
-        mine = mine || !(f & UNSNAP_DONE);
+      for (u32 k = 0; k < UNSNAP_CAP / UNSNAP_THREADS; k++) {
+        const u32 i = threadIdx.x + k * UNSNAP_THREADS;
+        u32 e = i < n ? s.byte[i] : UNSNAP_DONE;
+        if (!(e & UNSNAP_DONE)) {
+          e = s.byte[e];
+          mine = mine || !(e & UNSNAP_DONE);
+        }
+        next[k] = e;
+      }
+      __syncthreads();
+      for (u32 k = 0; k < UNSNAP_CAP / UNSNAP_THREADS; k++) {
+        const u32 i = threadIdx.x + k * UNSNAP_THREADS;
+        if (i < n) s.byte[i] = next[k];
       }
       pending = __syncthreads_or(mine);
     }
