@@ -1,6 +1,6 @@
 //! The CUDA driver layer every stage stands on: finding a device, its
 //! primary context, streams and events, device memory and page-locked host
-//! memory.
+//! memory (and a per-device pool of it).
 //!
 //! It sits on cudarc's raw `sys` bindings with the CUDA libraries loaded at
 //! run time, so a machine without CUDA can still build gpq and use its CPU
@@ -12,6 +12,7 @@
 
 mod context;
 mod memory;
+mod pinned_pool;
 
 pub use context::{
     BoundContext, ContextKey, DEADLINE, GpuContext, GpuEvent, GpuStream, device_available, device_count, emulator_compiled, keeping_current_context,
@@ -19,6 +20,8 @@ pub use context::{
 };
 pub use memory::{DeviceBuffer, MemoryBudget, PinnedBuffer};
 pub(crate) use memory::{as_bytes, from_bytes};
+pub use pinned_pool::PinnedHostPool;
+pub(crate) use pinned_pool::SlabLease;
 
 
 use cudarc::driver::sys;

@@ -48,7 +48,7 @@ use super::isolated;
 use super::nvcomp::{self, Codec};
 use super::pages::{PageTable, corrupt};
 use super::route;
-use crate::cuda::{DeviceBuffer, GpuStream, as_bytes, from_bytes};
+use crate::cuda::{DeviceBuffer, GpuStream, PinnedHostPool, as_bytes, from_bytes};
 use crate::error::{CorruptKind, Error, Result};
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::io::DeviceChunks;
@@ -1199,17 +1199,42 @@ fn cpu_decompress(
         return Ok(());
     }
     let t = Instant::now();
-    // The compressed bytes, in one copy of the range covering them all.
     let in_lo = jobs.iter().map(|j| j.input - raw.ptr()).min().unwrap_or(0);
     let in_hi = jobs.iter().map(|j| j.input - raw.ptr() + j.input_len as u64).max().unwrap_or(0);
-    let input = raw.copy_range_to_host(in_lo, in_hi - in_lo)?;
     let lo = jobs.iter().map(|j| j.out_offset).min().unwrap_or(0);
     let hi = jobs.iter().map(|j| j.out_offset + j.out_len as u64).max().unwrap_or(0);
-    let mut host = zeroed_host_bytes(hi - lo, "CPU decompression output")?;
+    // Both copies through pinned slabs where the pool grants them: fresh
+    // pageable memory is faulted in page by page and staged by the driver,
+    // which cost small reads more than the decompression itself.
+    let pool = PinnedHostPool::for_context(raw.context());
+    let slabs = usize::try_from(in_hi - in_lo)
+        .ok()
+        .zip(usize::try_from(hi - lo).ok())
+        .and_then(|(n_in, n_out)| Some((pool.lease(n_in)?, pool.lease(n_out)?)));
+    let (mut input_vec, mut output_vec): (Vec<u8>, Vec<u8>);
+    let (input, host): (&mut [u8], &mut [u8]) = match &slabs {
+        // SAFETY: each lease holds at least the asked length of page-locked
+        // memory, owned by this call until the leases drop (after the
+        // synchronize below), and the two slabs are distinct.
+        Some((i, o)) => unsafe {
+            (
+                std::slice::from_raw_parts_mut(i.as_mut_ptr(), (in_hi - in_lo) as usize),
+                std::slice::from_raw_parts_mut(o.as_mut_ptr(), (hi - lo) as usize),
+            )
+        },
+        None => {
+            input_vec = zeroed_host_bytes(in_hi - in_lo, "CPU decompression input")?;
+            output_vec = zeroed_host_bytes(hi - lo, "CPU decompression output")?;
+            (&mut input_vec, &mut output_vec)
+        }
+    };
+    // The compressed bytes, in one copy of the range covering them all.
+    raw.copy_range_into(in_lo, input)?;
+    let input: &[u8] = input;
     let mut order: Vec<&&Job> = jobs.iter().collect();
     order.sort_by_key(|j| j.out_offset);
     let mut slices: Vec<(&Job, &mut [u8])> = Vec::with_capacity(order.len());
-    let mut rest: &mut [u8] = &mut host;
+    let mut rest: &mut [u8] = &mut *host;
     let mut at = lo;
     for j in order {
         let skip = (j.out_offset - at) as usize;
@@ -1226,7 +1251,7 @@ fn cpu_decompress(
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let (queue, input) = (&queue, &input);
+                let queue = &queue;
                 s.spawn(move || -> Result<()> {
                     loop {
                         let Some(batch) = queue.lock().unwrap_or_else(|p| p.into_inner()).next() else { return Ok(()) };
@@ -1244,18 +1269,23 @@ fn cpu_decompress(
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| Err(Error::worker_panicked("CPU decompression", p)))).collect()
     });
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    match write_back {
+    let host: &[u8] = host;
+    let queued = match write_back {
         // SAFETY: [lo, hi) lies inside `out`; the stream is synchronized before `host` is dropped.
-        WriteBack::Covering => unsafe { stream.copy_htod_async(out.ptr() + lo, host.as_ptr(), host.len())? },
-        WriteBack::PerPage => {
-            for j in jobs {
-                let at = (j.out_offset - lo) as usize;
-                // SAFETY: each slot lies inside `out`; synchronized below.
-                unsafe { stream.copy_htod_async(out.ptr() + j.out_offset, host[at..].as_ptr(), j.out_len)? };
-            }
-        }
+        WriteBack::Covering => unsafe { stream.copy_htod_async(out.ptr() + lo, host.as_ptr(), host.len()) },
+        WriteBack::PerPage => jobs.iter().try_for_each(|j| {
+            let at = (j.out_offset - lo) as usize;
+            // SAFETY: each slot lies inside `out`; synchronized below.
+            unsafe { stream.copy_htod_async(out.ptr() + j.out_offset, host[at..].as_ptr(), j.out_len) }
+        }),
+    };
+    // Whatever was queued reads `host`: wait for it before the memory goes back.
+    if let Err(e) = stream.synchronize() {
+        // A copy may still be reading the slab: never lend it again.
+        std::mem::forget(slabs);
+        return Err(e);
     }
-    stream.synchronize()?;
+    queued?;
     info!(pages = jobs.len(), ms = t.elapsed().as_secs_f64() * 1e3, "CPU decompression done");
     Ok(())
 }
