@@ -1180,6 +1180,10 @@ enum WriteBack {
     PerPage,
 }
 
+/// The largest CPU decompression batch (input or output bytes) whose copies
+/// go through the pinned host pool.
+const PINNED_CPU_BATCH: u64 = 64 << 20;
+
 /// The threads CPU decompression runs on (and the routing's estimate assumes).
 fn cpu_threads() -> usize {
     std::thread::available_parallelism().map_or(4, |n| n.get())
@@ -1203,14 +1207,14 @@ fn cpu_decompress(
     let in_hi = jobs.iter().map(|j| j.input - raw.ptr() + j.input_len as u64).max().unwrap_or(0);
     let lo = jobs.iter().map(|j| j.out_offset).min().unwrap_or(0);
     let hi = jobs.iter().map(|j| j.out_offset + j.out_len as u64).max().unwrap_or(0);
-    // Both copies through pinned slabs where the pool grants them: fresh
-    // pageable memory is faulted in page by page and staged by the driver,
-    // which cost small reads more than the decompression itself.
-    let pool = PinnedHostPool::for_context(raw.context());
-    let slabs = usize::try_from(in_hi - in_lo)
-        .ok()
-        .zip(usize::try_from(hi - lo).ok())
-        .and_then(|(n_in, n_out)| Some((pool.lease(n_in)?, pool.lease(n_out)?)));
+    // Small batches copy through pinned slabs where the pool grants them:
+    // fresh pageable memory is faulted in page by page and staged by the
+    // driver, which cost small reads more than the decompression itself.
+    // Large ones (CPU decompression chosen or forced for a whole file) stay
+    // pageable: page-locking gigabytes once costs more than copying them.
+    let slabs = (in_hi - in_lo <= PINNED_CPU_BATCH && hi - lo <= PINNED_CPU_BATCH)
+        .then(|| PinnedHostPool::for_context(raw.context()))
+        .and_then(|pool| Some((pool.lease((in_hi - in_lo) as usize)?, pool.lease((hi - lo) as usize)?)));
     let (mut input_vec, mut output_vec): (Vec<u8>, Vec<u8>);
     let (input, host): (&mut [u8], &mut [u8]) = match &slabs {
         // SAFETY: each lease holds at least the asked length of page-locked
