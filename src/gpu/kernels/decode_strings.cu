@@ -29,25 +29,30 @@ struct DictDesc {
 //      byte from which two values in a row fit the stream (text bytes read as
 //      a length overshoot the stream, so in text this is nearly always right),
 //      and walks from there to the first value past the chunk, counting.
-//   2. Resolve, on thread 0. The chain really enters chunk t where it leaves
-//      chunk t - 1. Where a guess agrees, so do the chunks after it whose
-//      guesses continue it (one bit each, found with ffs); where it does not,
-//      thread 0 walks that chunk from the true entry. A wrong guess costs one
-//      chunk's serial walk, never a wrong answer.
+//   2. Resolve. The chain really enters chunk t where it leaves chunk t - 1.
+//      A thread whose guess does not continue the chunk before walks its
+//      chunk again from that chunk's exit, all such threads at once. Then
+//      thread 0 goes through the chunks in order: where a guess (or such a
+//      second walk) starts at the true entry, it holds, and so do the chunks
+//      after it whose guesses continue it (one bit each, found with ffs);
+//      anywhere else thread 0 walks the chunk itself. A wrong guess costs a
+//      chunk's walk, never a wrong answer.
 //   3. Record. A prefix sum of the counts numbers the values, and each thread
 //      walks its chunk again, writing the values the caller asked for.
 // Values longer than WALK_SERIAL_BYTES on average leave most chunks without a
 // start; those batches are walked by thread 0 alone (gpq_string_sizes).
 #define PLAIN_CHUNK 128
-#define PLAIN_REGION ((u64)GPQ_BLOCK * PLAIN_CHUNK)
 #define PLAIN_NONE 0xffffffffu             // no entry guessed / the chain ended
 #define WALK_SERIAL_BYTES 256
 
-// Scratch of the block-wide walk (about 3 KB of shared memory).
+// Scratch of the block-wide walk (about 6 KB of shared memory).
 struct PlainWalk {
   u32 entry[GPQ_BLOCK];     // where the chain enters the chunk (guess, then true)
   u32 exit[GPQ_BLOCK];      // the first chain position past the chunk, or PLAIN_NONE where it ended inside
   u32 count[GPQ_BLOCK];     // values starting in [entry, chunk end)
+  u32 fix_entry[GPQ_BLOCK];     // where chunk t was walked again from (chunk t - 1's exit), or PLAIN_NONE
+  u32 fix_exit[GPQ_BLOCK];
+  u32 fix_count[GPQ_BLOCK];
   u32 agrees[GPQ_BLOCK / 32];   // bit t: chunk t's guess holds if chunk t - 1's did
   u32 resolved;             // chunks [0, resolved) are true; the rest hold no values
   u32 warp_sums[GPQ_BLOCK / 32 + 1];
@@ -61,6 +66,24 @@ GPQ_DEVICE u32 plain_next(const u8* v, u32 n, u64 p) {
   if (p + 4 > n) return PLAIN_NONE;
   u64 next = p + 4 + le32_at(v + p);
   return next <= n ? (u32)next : PLAIN_NONE;
+}
+
+// Bit j: byte q + j may start a value, for j < PLAIN_SCAN. A value's length
+// is under the stream's size, so in a stream under 16 MiB its fourth byte is
+// zero; text has no zero bytes, so this skips most of a chunk, and the
+// bytes' loads go out together rather than one candidate at a time.
+#define PLAIN_SCAN 8
+GPQ_DEVICE u32 plain_candidates(const u8* v, u32 n, u64 q) {
+  if (n >= (1u << 24)) return (1u << PLAIN_SCAN) - 1;
+  u32 maybe = 0;
+  if (q + 3 + PLAIN_SCAN <= n) {
+    u8 b[PLAIN_SCAN];
+    for (u32 j = 0; j < PLAIN_SCAN; j++) b[j] = v[q + 3 + j];
+    for (u32 j = 0; j < PLAIN_SCAN; j++) maybe |= (u32)(b[j] == 0) << j;
+  } else {
+    for (u32 j = 0; j < PLAIN_SCAN; j++) maybe |= (u32)(q + 3 + j < n && v[q + 3 + j] == 0) << j;
+  }
+  return maybe;
 }
 
 struct PlainChunk {
@@ -117,9 +140,15 @@ GPQ_DEVICE u32 plain_walk_block(PlainWalk& w, u32* cursor, const u8* v, u32 n, u
     const u64 lo = (u64)pos + (u64)t * PLAIN_CHUNK, hi = lo + PLAIN_CHUNK;
     // 1. Speculate.
     u32 guess = t == 0 ? pos : PLAIN_NONE;
-    for (u64 p = lo; t > 0 && p < hi && p < n; p++) {
-      u32 next = plain_next(v, n, p);
-      if (next != PLAIN_NONE && (next == n || plain_next(v, n, next) != PLAIN_NONE)) { guess = (u32)p; break; }
+    for (u64 q = lo; t > 0 && guess == PLAIN_NONE && q < hi && q < n; q += PLAIN_SCAN) {
+      u32 maybe = plain_candidates(v, n, q);
+      while (maybe) {
+        const u64 p = q + __ffs(maybe) - 1;
+        maybe &= maybe - 1;
+        if (p >= hi) break;
+        const u32 next = plain_next(v, n, p);
+        if (next != PLAIN_NONE && (next == n || plain_next(v, n, next) != PLAIN_NONE)) { guess = (u32)p; break; }
+      }
     }
     PlainChunk mine{PLAIN_NONE, 0};
     if (guess != PLAIN_NONE) mine = plain_walk_chunk(v, n, guess, hi);
@@ -129,8 +158,20 @@ GPQ_DEVICE u32 plain_walk_block(PlainWalk& w, u32* cursor, const u8* v, u32 n, u
     w.count[t] = mine.count;
     __syncthreads();
     const u32 prev_exit = t > 0 ? w.exit[t - 1] : PLAIN_NONE;
-    const u32 bits = __ballot_sync(0xffffffffu, usable && t > 0 && guess == prev_exit);
+    const bool agrees = usable && t > 0 && guess == prev_exit;
+    const u32 bits = __ballot_sync(0xffffffffu, agrees);
     if ((t & 31) == 0) w.agrees[t >> 5] = bits;
+    // Where the guess does not continue the chunk before, walk again from
+    // that chunk's exit: right whenever that chunk was (thread 0 checks).
+    u32 fix_from = PLAIN_NONE;
+    PlainChunk fix{PLAIN_NONE, 0};
+    if (t > 0 && !agrees && prev_exit != PLAIN_NONE) {
+      fix_from = prev_exit;
+      fix = plain_walk_chunk(v, n, prev_exit, hi);
+    }
+    w.fix_entry[t] = fix_from;
+    w.fix_exit[t] = fix.exit;
+    w.fix_count[t] = fix.count;
     __syncthreads();
     // 2. Resolve.
     if (t == 0) {
@@ -149,7 +190,9 @@ GPQ_DEVICE u32 plain_walk_block(PlainWalk& w, u32* cursor, const u8* v, u32 n, u
           entry = w.exit[g - 1];
           c = g;
         } else {
-          PlainChunk fix = plain_walk_chunk(v, n, entry, (u64)pos + (u64)(c + 1) * PLAIN_CHUNK);
+          PlainChunk fix = w.fix_entry[c] == entry
+                               ? PlainChunk{w.fix_exit[c], w.fix_count[c]}
+                               : plain_walk_chunk(v, n, entry, (u64)pos + (u64)(c + 1) * PLAIN_CHUNK);
           w.entry[c] = entry;
           w.exit[c] = fix.exit;
           w.count[c] = fix.count;
