@@ -234,7 +234,9 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_delta_string_sizes(P
       if (dba) out_pre[row] = pre;
       mine += len;
     }
-    if (mine) atomicAdd(&st.total, mine);
+    // One add per warp, as in gpq_string_sizes.
+    for (u32 d = 16; d > 0; d >>= 1) mine += __shfl_down_sync(0xffffffffu, mine, d);
+    if ((threadIdx.x & 31) == 0 && mine) atomicAdd(&st.total, mine);
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
     // Also orders this batch's reads of st.len/pre/src/data_pos before the next batch's writes.

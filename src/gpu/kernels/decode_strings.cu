@@ -341,7 +341,10 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
       out_src[row] = src;
       mine += len;
     }
-    if (mine) atomicAdd(&ss.total, mine);
+    // One add per warp: a block's threads adding to one shared 64-bit
+    // counter retry their compare-and-swaps in turn.
+    for (u32 d = 16; d > 0; d >>= 1) mine += __shfl_down_sync(0xffffffffu, mine, d);
+    if ((threadIdx.x & 31) == 0 && mine) atomicAdd(&ss.total, mine);
     write_validity_batch(st, col, pg, lo, hi, valid);
     value_base += nvals;
     more = !__syncthreads_or(st.error != 0) && hi < pg.num_values;
