@@ -9,10 +9,15 @@
 //! the CPU with several threads; that fallback is logged and counted in the
 //! statistics. Uncompressed pages are decoded where they lie.
 //!
-//! nvCOMP trusts its input (its headers say corrupt data is undefined
-//! behaviour; on the H200 it reads gigabytes out of bounds, losing the
-//! context for the rest of the process, or never finishes, and then the
-//! process cannot even exit). So before nvCOMP runs, the
+//! nvCOMP trusts its input, and has no checked mode to ask for: its headers
+//! (`snappy.h`, `zstd.h`, `lz4.h`, `gzip.h`, `deflate.h` of the wheel gpq
+//! loads) call a corrupt buffer undefined behaviour whatever the backend,
+//! say the per-page `device_statuses` cannot be relied on for such input,
+//! and the decompression options (`nvcompBatched*DecompressOpts_t`) hold
+//! only the backend and a sort flag. On the H200 a corrupt SNAPPY page made
+//! it read gigabytes out of bounds, losing the context for the rest of the
+//! process, and a corrupt ZSTD page made it never finish, after which the
+//! process could not even exit. So before nvCOMP runs, the
 //! `gpq_check_compressed` kernel walks every SNAPPY and LZ4_RAW page on the
 //! device and swaps any page that fails for an empty stream; such pages go
 //! to the CPU decoder, whose verdict stands. Where
