@@ -607,7 +607,7 @@ fn lost_context_is_reset(_ctx: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let good = good_file(dir.path());
     let expected = arrow_rs(&good).unwrap();
-    // nvCOMP unchecked: gpq's own SNAPPY decoder (the default) refuses the page without a fault.
+    // nvCOMP with the device check off: by default the check rejects this page before nvCOMP sees it.
     let mut unchecked = ReadOptions::new().with_snappy_decoder(gpq::DeviceDecoder::Nvcomp);
     unchecked.skip_compressed_page_checks = true;
     let e = read_parquet_to_device(testdata().join("regressions/snappy-oob-read.parquet"), &unchecked).unwrap_err();
