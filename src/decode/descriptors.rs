@@ -238,21 +238,6 @@ pub(crate) struct DictDesc {
     pub pad: u32,
 }
 
-/// Rows of one string page that one block of `gpq_string_chars` writes
-/// (decode_strings.cu `StringSegment`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct StringSegment {
-    /// Index of the page in the string page table.
-    pub page: u32,
-    /// The segment's first row within the page.
-    pub first_row: u32,
-    /// Index of the page's first segment in the segment table.
-    pub page_first_segment: u32,
-    /// Padding.
-    pub pad: u32,
-}
-
 /// One device-to-device copy (copy.cu `CopyDesc`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -321,7 +306,6 @@ const _: () = assert!(std::mem::size_of::<ColumnDesc>() == 128);
 const _: () = assert!(std::mem::size_of::<PageDesc>() == 80);
 const _: () = assert!(std::mem::size_of::<DictDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<CopyDesc>() == 24);
-const _: () = assert!(std::mem::size_of::<StringSegment>() == 16);
 
 #[cfg(test)]
 mod tests {

@@ -21,7 +21,7 @@ use crate::gpu::status::corrupt_kind;
 use crate::gpu::{Kernel, KernelArgs, Kernels};
 use crate::plan::ReadPlan;
 
-use super::descriptors::{ColumnDesc, DictDesc, PageDesc, PageInfo, StringSegment, levels, page_type};
+use super::descriptors::{ColumnDesc, DictDesc, PageDesc, PageInfo, levels, page_type};
 use super::pages::{PageTable, corrupt};
 use super::types::{ColumnRecipe, Family};
 use super::{ColumnRecipes, parquet_encoding, unsupported};
@@ -552,21 +552,11 @@ impl<'r> ValueLayout<'r> {
             let d_columns = DeviceBuffer::from_host(stream, as_bytes(&descs), "column table")?;
             let d_str = DeviceBuffer::from_host(stream, as_bytes(&str_pages), "string page table")?;
             // Each kernel skips the pages of the other family.
-            let segments = string_segments(&str_pages, |c| kcols[c].recipe.family == Family::Strings);
-            if !segments.is_empty() {
-                let d_segments = DeviceBuffer::from_host(stream, as_bytes(&segments), "string segment table")?;
-                let d_segment_chars = DeviceBuffer::alloc(stream, 8 * segments.len() as u64, "segment character counts")?;
-                let grid = launch_grid(segments.len())?;
-                let mut args =
-                    KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr()).arg(d_segments.ptr()).arg(d_segment_chars.ptr());
-                // SAFETY: arguments match gpq_string_segment_chars; every segment names a page of d_str and
-                // d_segment_chars holds one count per segment.
-                unsafe { kernels.launch(Kernel::StringSegmentChars, grid, BLOCK, 0, stream, &mut args)? };
-                let mut args =
-                    KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr()).arg(d_segments.ptr()).arg(d_segment_chars.ptr());
+            if kcols.iter().any(|k| k.recipe.family == Family::Strings) {
+                let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
                 // SAFETY: arguments match gpq_string_chars; offsets hold num_rows + 1 entries and
-                // characters the column's total; the segment counts are written (same stream).
-                unsafe { kernels.launch(Kernel::StringChars, grid, BLOCK, 0, stream, &mut args)? };
+                // characters the column's total.
+                unsafe { kernels.launch(Kernel::StringChars, launch_grid(str_pages.len())?, BLOCK, 0, stream, &mut args)? };
             }
             if kcols.iter().any(|k| k.recipe.family == Family::BytesDecimal) {
                 let mut args = KernelArgs::new().arg(d_str.ptr()).arg(d_columns.ptr());
@@ -639,28 +629,6 @@ fn check_dicts(plan: &ReadPlan, d_dicts: &DeviceBuffer, origin: &[usize]) -> Res
 }
 
 /// A grid size for `blocks` blocks (one per page or dictionary).
-/// Rows of a string page that one block of `gpq_string_chars` writes
-/// (decode_strings.cu `STRING_SEGMENT_ROWS`).
-const STRING_SEGMENT_ROWS: u32 = 2048;
-
-/// The segment table of `gpq_string_chars`: every page of a column that
-/// `is_string` accepts, cut into runs of [`STRING_SEGMENT_ROWS`] rows (at
-/// least one a page, so that an empty page still writes its first offset).
-fn string_segments(pages: &[PageDesc], is_string: impl Fn(usize) -> bool) -> Vec<StringSegment> {
-    let mut segments = Vec::new();
-    for (i, p) in pages.iter().enumerate() {
-        if !is_string(p.column as usize) {
-            continue;
-        }
-        let page_first_segment = segments.len() as u32;
-        let count = p.num_values.div_ceil(STRING_SEGMENT_ROWS).max(1);
-        for k in 0..count {
-            segments.push(StringSegment { page: i as u32, first_row: k * STRING_SEGMENT_ROWS, page_first_segment, pad: 0 });
-        }
-    }
-    segments
-}
-
 fn launch_grid(blocks: usize) -> Result<u32> {
     u32::try_from(blocks).map_err(|_| crate::error::Error::Internal(format!("{blocks} blocks in one launch")))
 }
@@ -676,27 +644,4 @@ fn level_mode(p: &PageInfo) -> u32 {
     let rep = if bit_packed(p.rep_encoding) { levels::REP_BIT_PACKED } else { 0 };
     let def = if bit_packed(p.def_encoding) { levels::DEF_BIT_PACKED } else { 0 };
     levels::V1 | rep | def
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segment_rows_match_the_cuda_source() {
-        let source = include_str!("../gpu/kernels/decode_strings.cu");
-        let line = source.lines().find(|l| l.starts_with("#define STRING_SEGMENT_ROWS ")).expect("no STRING_SEGMENT_ROWS");
-        let value: u32 = line.split_whitespace().nth(2).unwrap().trim_end_matches('u').parse().unwrap();
-        assert_eq!(value, STRING_SEGMENT_ROWS);
-    }
-
-    #[test]
-    fn segments_cover_every_string_page() {
-        let page = |column: u32, num_values: u32| PageDesc { column, num_values, ..Default::default() };
-        let n = STRING_SEGMENT_ROWS;
-        let pages = [page(0, 0), page(1, 5 * n), page(0, n + 1), page(0, n)];
-        let segments = string_segments(&pages, |c| c == 0);
-        let got: Vec<(u32, u32, u32)> = segments.iter().map(|s| (s.page, s.first_row, s.page_first_segment)).collect();
-        assert_eq!(got, vec![(0, 0, 0), (2, 0, 1), (2, n, 1), (3, 0, 3)]);
-    }
 }

@@ -37,8 +37,6 @@ pub enum Kernel {
     DictIndex,
     /// String lengths per row and characters per page (`decode_strings.cu`).
     StringSizes,
-    /// Characters of each segment of a string page (`decode_strings.cu`).
-    StringSegmentChars,
     /// String offsets and characters (`decode_strings.cu`).
     StringChars,
     /// Decimals stored as byte arrays (`decode_strings.cu`).
@@ -97,14 +95,13 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 34] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::SpanChecksum,
         Kernel::CountPages,
         Kernel::ParsePages,
         Kernel::DecodeFixed,
         Kernel::DictIndex,
         Kernel::StringSizes,
-        Kernel::StringSegmentChars,
         Kernel::StringChars,
         Kernel::BytesDecimal,
         Kernel::DecodeDelta,
@@ -143,7 +140,6 @@ impl Kernel {
             Kernel::DecodeFixed => "gpq_decode_fixed",
             Kernel::DictIndex => "gpq_dict_index",
             Kernel::StringSizes => "gpq_string_sizes",
-            Kernel::StringSegmentChars => "gpq_string_segment_chars",
             Kernel::StringChars => "gpq_string_chars",
             Kernel::BytesDecimal => "gpq_bytes_decimal",
             Kernel::DecodeDelta => "gpq_decode_delta",

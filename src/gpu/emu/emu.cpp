@@ -291,7 +291,6 @@ static void gpq_emu_call(void (*f)(A...), void** args) {
   X(gpq_decode_fixed)      \
   X(gpq_dict_index)        \
   X(gpq_string_sizes)      \
-  X(gpq_string_segment_chars) \
   X(gpq_string_chars)      \
   X(gpq_bytes_decimal)     \
   X(gpq_decode_delta)      \

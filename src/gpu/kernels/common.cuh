@@ -44,28 +44,3 @@ enum GpqStatus : u32 {
 GPQ_DEVICE void gpq_set_error(u32* status, u32 code) {
   atomicCAS(status, 0u, code);
 }
-
-// Exclusive prefix sum of `v` over the block, in thread order; *total gets
-// the block's sum. Every thread of the block must call it (three barriers);
-// `warp_sums` is shared memory of blockDim.x / 32 + 1 entries.
-template <typename T>
-GPQ_DEVICE T block_exclusive_sum(T v, T* warp_sums, T* total) {
-  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) / 32;
-  T incl = v;
-  for (u32 d = 1; d < 32; d <<= 1) {
-    T y = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += y;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    T acc = 0;
-    for (u32 w = 0; w < nwarps; w++) { T c = warp_sums[w]; warp_sums[w] = acc; acc += c; }
-    warp_sums[nwarps] = acc;
-  }
-  __syncthreads();
-  T r = warp_sums[warp] + incl - v;
-  *total = warp_sums[nwarps];
-  __syncthreads();
-  return r;
-}

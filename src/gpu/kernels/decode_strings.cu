@@ -4,27 +4,10 @@
 //   gpq_string_sizes - per page, validity and each row's length and source
 //                      (PLAIN: offset in the page, found by a block-wide walk;
 //                      dictionary: the entry), plus the page's character total;
-//   gpq_string_chars - per segment of a page (STRING_SEGMENT_ROWS rows),
-//                      offsets by block-wide prefix sums from the segment's
-//                      first character, and the characters themselves. The
-//                      host sums page totals; gpq_string_segment_chars sums
-//                      each segment's lengths first, so a page's segments run
-//                      in blocks of their own instead of one after another.
+//   gpq_string_chars - per page, offsets by block-wide prefix sums from the
+//                      page's first character (the host sums page totals), and
+//                      the characters themselves.
 // Byte-array decimals take gpq_bytes_decimal instead of gpq_string_chars.
-
-// Rows of a page that one block of gpq_string_chars writes. Mirrors
-// decode/values.rs STRING_SEGMENT_ROWS.
-#define STRING_SEGMENT_ROWS 2048u
-
-// Mirrors decode/descriptors.rs (StringSegment, 16 bytes): rows
-// [first_row, first_row + STRING_SEGMENT_ROWS) of page `page`, whose first
-// segment is entry `page_first_segment` of the same table.
-struct StringSegment {
-  u32 page;
-  u32 first_row;
-  u32 page_first_segment;
-  u32 pad;
-};
 
 // Mirrors decode/descriptors.rs (DictDesc, 32 bytes).
 struct DictDesc {
@@ -120,6 +103,28 @@ GPQ_DEVICE PlainChunk plain_walk_chunk(const u8* v, u32 n, u32 from, u64 end) {
   return w;
 }
 
+// Exclusive prefix sum of v over the block (all threads call it).
+GPQ_DEVICE u32 block_prefix_u32(u32 v, u32* warp_sums, u32* total) {
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u32 x = v;
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u32 y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 acc = 0;
+    for (u32 k = 0; k < GPQ_BLOCK / 32; k++) { u32 c = warp_sums[k]; warp_sums[k] = acc; acc += c; }
+    warp_sums[GPQ_BLOCK / 32] = acc;
+  }
+  __syncthreads();
+  u32 r = warp_sums[warp] + x - v;
+  *total = warp_sums[GPQ_BLOCK / 32];
+  __syncthreads();
+  return r;
+}
+
 // Finds the next `count` PLAIN values from byte *cursor (shared memory) of
 // the stream v[0, n) and records value j's start (`base` + offset) and
 // length at src[j * stride] and len[j * stride]; advances *cursor. All
@@ -201,7 +206,7 @@ GPQ_DEVICE u32 plain_walk_block(PlainWalk& w, u32* cursor, const u8* v, u32 n, u
     // 3. Record.
     const bool live = t < w.resolved;
     u32 total;
-    const u32 first = block_exclusive_sum(live ? w.count[t] : 0, w.warp_sums, &total);
+    const u32 first = block_prefix_u32(live ? w.count[t] : 0, w.warp_sums, &total);
     const u32 need = count - found;
     bool bad = false;
     if (live && first < need && w.count[t] > 0) {
@@ -348,42 +353,35 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_sizes(PageDes
   if (threadIdx.x == 0) page_chars[blockIdx.x] = ss.total;
 }
 
-// The rows [lo, hi) of a segment, or an empty range past the page's end.
-GPQ_DEVICE void segment_rows(const StringSegment& sg, const PageDesc& pg, u32* lo, u32* hi) {
-  *lo = min(sg.first_row, pg.num_values);
-  *hi = *lo + min(STRING_SEGMENT_ROWS, pg.num_values - *lo);
-}
-
-// Characters of each segment's rows (one block a segment).
-extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_segment_chars(const PageDesc* pages,
-                                                                                  const ColumnDesc* columns,
-                                                                                  const StringSegment* segments,
-                                                                                  unsigned long long* segment_chars) {
-  __shared__ unsigned long long warp_sums[GPQ_BLOCK / 32 + 1];
-  const StringSegment sg = segments[blockIdx.x];
-  const PageDesc pg = pages[sg.page];
-  const ColumnDesc col = columns[pg.column];
-  unsigned long long mine = 0;
-  if (!pg.status && col.kind == GPQ_KIND_STRING) {
-    const u32* in_len = (const u32*)col.scratch_len;
-    u32 lo, hi;
-    segment_rows(sg, pg, &lo, &hi);
-    for (u32 r = lo + threadIdx.x; r < hi; r += blockDim.x) mine += in_len[pg.row_start + r];
+// Exclusive prefix sum of `v` over the block; *total receives the block's sum.
+GPQ_DEVICE unsigned long long block_prefix_sum(unsigned long long v, unsigned long long* warp_sums,
+                                               unsigned long long* total) {
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) / 32;
+  unsigned long long x = v;
+  for (u32 d = 1; d < 32; d <<= 1) {
+    unsigned long long y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
   }
-  unsigned long long total;
-  block_exclusive_sum(mine, warp_sums, &total);
-  if (threadIdx.x == 0) segment_chars[blockIdx.x] = total;
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long acc = 0;
+    for (u32 w = 0; w < nwarps; w++) { unsigned long long c = warp_sums[w]; warp_sums[w] = acc; acc += c; }
+    warp_sums[nwarps] = acc;
+  }
+  __syncthreads();
+  unsigned long long r = warp_sums[warp] + x - v;
+  *total = warp_sums[nwarps];
+  __syncthreads();
+  return r;
 }
 
-extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(const PageDesc* pages, const ColumnDesc* columns,
-                                                                          const StringSegment* segments,
-                                                                          const unsigned long long* segment_chars) {
+extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(PageDesc* pages, const ColumnDesc* columns) {
   __shared__ unsigned long long warp_sums[GPQ_BLOCK / 32 + 1];
   __shared__ unsigned long long s_start[GPQ_BLOCK];
   __shared__ const u8* s_src[GPQ_BLOCK];
   __shared__ u32 s_len[GPQ_BLOCK];
-  const StringSegment sg = segments[blockIdx.x];
-  const PageDesc pg = pages[sg.page];
+  const PageDesc pg = pages[blockIdx.x];
   const ColumnDesc col = columns[pg.column];
   if (pg.status || col.kind != GPQ_KIND_STRING) return;
   const u32* in_len = (const u32*)col.scratch_len;
@@ -394,25 +392,18 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(const P
   const bool dba = pg.encoding == ENC_DELTA_BYTE_ARRAY;
   u8* chars = (u8*)col.chars;
   const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  // The page's characters before this segment: the segments before it in the table.
-  unsigned long long before = 0;
-  for (u32 s = sg.page_first_segment + threadIdx.x; s < blockIdx.x; s += blockDim.x) before += segment_chars[s];
-  unsigned long long running;
-  block_exclusive_sum(before, warp_sums, &running);
-  running += pg.char_base;
-  u32 first, hi;
-  segment_rows(sg, pg, &first, &hi);
-  if (pg.row_start == 0 && sg.first_row == 0 && threadIdx.x == 0) {
+  unsigned long long running = pg.char_base;
+  if (pg.row_start == 0 && threadIdx.x == 0) {
     if (col.large_offsets) ((i64*)col.offsets)[0] = 0;
     else ((i32*)col.offsets)[0] = 0;
   }
-  for (u32 lo = first; lo < hi; lo += blockDim.x) {
+  for (u32 lo = 0; lo < pg.num_values; lo += blockDim.x) {
     u32 r = lo + threadIdx.x;
     u64 row = pg.row_start + r;
-    u32 len = r < hi ? in_len[row] : 0;
+    u32 len = r < pg.num_values ? in_len[row] : 0;
     unsigned long long total;
-    unsigned long long start = running + block_exclusive_sum<unsigned long long>(len, warp_sums, &total);
-    if (r < hi) {
+    unsigned long long start = running + block_prefix_sum(len, warp_sums, &total);
+    if (r < pg.num_values) {
       unsigned long long end = start + len;
       if (col.large_offsets) ((i64*)col.offsets)[row + 1] = (i64)end;
       else ((i32*)col.offsets)[row + 1] = (i32)end;
@@ -424,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_string_chars(const P
     __syncthreads();
     // One warp per string: the lanes copy neighbouring bytes, so loads and
     // stores coalesce instead of 32 lanes touching 32 cache lines each.
-    u32 n = min((u32)blockDim.x, hi - lo);
+    u32 n = min((u32)blockDim.x, pg.num_values - lo);
     for (u32 i = warp; i < n; i += nwarps) {
       u32 l = s_len[i];
       const u8* src = s_src[i];

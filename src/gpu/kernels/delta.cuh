@@ -211,8 +211,22 @@ GPQ_DEVICE u64 delta_get(const DeltaStream& s, u64 j, u32* err) {
 
 // Inclusive prefix sum (wrapping) of `v` over the block; all threads call.
 GPQ_DEVICE u64 delta_block_scan(u64 v, u64* warp_sums) {
-  u64 total;
-  return block_exclusive_sum(v, warp_sums, &total) + v;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) / 32;
+  u64 x = v;
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u64 y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u64 acc = 0;
+    for (u32 w = 0; w < nwarps; w++) { u64 c = warp_sums[w]; warp_sums[w] = acc; acc += c; }
+  }
+  __syncthreads();
+  u64 r = warp_sums[warp] + x;
+  __syncthreads();
+  return r;
 }
 
 // Values [lo, lo + n) of the stream into out[0, n), n <= GPQ_BATCH, after

@@ -105,6 +105,29 @@ extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_decode_levels(PageDe
 
 GPQ_DEVICE bool passes(SlotTestDesc t, u32 r, u32 d) { return r <= t.max_rep && d >= t.min_def; }
 
+// Exclusive prefix sum of `v` over the block; *total gets the block's sum.
+// Every thread must call.
+GPQ_DEVICE u32 block_exclusive_sum(u32 v, u32* warp_sums, u32* total) {
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x / 32;
+  u32 incl = v;
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u32 y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 acc = 0;
+    for (u32 w = 0; w < nwarps; w++) { u32 c = warp_sums[w]; warp_sums[w] = acc; acc += c; }
+    warp_sums[nwarps] = acc;
+  }
+  __syncthreads();
+  u32 r = warp_sums[warp] + incl - v;
+  *total = warp_sums[nwarps];
+  __syncthreads();
+  return r;
+}
+
 // Per tile of NEST_TILE level positions: counts[t * num_tiles + tile] =
 // positions passing slot test t. Launched with GPQ_BLOCK threads.
 extern "C" __global__ void __launch_bounds__(GPQ_BLOCK) gpq_nest_count(const u16* rep, const u16* def, u64 n,
