@@ -1253,7 +1253,10 @@ fn cpu_decompress(
         rest = tail;
         at = j.out_offset + j.out_len as u64;
     }
-    // Small groups pulled from a shared queue keep the threads evenly busy.
+    // Largest pages first, in small groups pulled from a shared queue: the
+    // threads stay evenly busy, and no large page starts last to hold up the
+    // batch (a table of few pages waits for its largest).
+    slices.sort_by_key(|(j, _)| std::cmp::Reverse(j.out_len));
     let threads = cpu_threads().min(slices.len()).max(1);
     let group = slices.len().div_ceil(threads * 8).max(1);
     let queue = std::sync::Mutex::new(slices.chunks_mut(group));
