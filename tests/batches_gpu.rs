@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "several_files_are_one_sequence", several_files_are_one_sequence),
         gpu_trial(&device, "row_selections_read_only_their_row_groups", row_selections),
         gpu_trial(&device, "offset_indexes_leave_unselected_pages_unread", page_pruning),
+        gpu_trial(&device, "metadata_loaded_by_arrow_rs_is_planned_from", metadata_from_arrow_rs),
     ])
 }
 
@@ -412,5 +413,39 @@ fn page_pruning(_: &Arc<GpuContext>) {
                 assert!(requested * 5 < whole, "{version:?}: limit {limit} asked for {requested} bytes of {whole}");
             }
         }
+    }
+}
+
+/// A builder over `ArrowReaderMetadata` that arrow-rs loaded, page index
+/// included: the same rows as arrow-rs, a selection reads only its pages,
+/// and a file that is gone is an open error.
+fn metadata_from_arrow_rs(_: &Arc<GpuContext>) {
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_paged_sample(&dir.path().join("m.parquet"), 4000, 2000, 100, WriterVersion::PARQUET_2_0);
+    let expected = arrow_rs(&path).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let loaded = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new().with_page_index(true)).unwrap();
+    assert!(loaded.metadata().offset_index().is_some(), "arrow-rs loaded the offset index");
+    let read = |builder: DeviceReaderBuilder| {
+        let reader = builder.build().unwrap();
+        let schema = reader.schema().clone();
+        let (mut parts, mut requested) = (Vec::new(), 0u64);
+        for batch in reader {
+            let batch = batch.unwrap();
+            requested += batch.stats().io.as_ref().map_or(0, |io| io.bytes_requested);
+            parts.push(batch.to_record_batch().unwrap());
+        }
+        (arrow::compute::concat_batches(&schema, &parts).unwrap(), requested)
+    };
+    let (whole, all_bytes) = read(DeviceReaderBuilder::new_with_metadata(&path, &loaded).unwrap());
+    assert_batches_equal("whole file", &expected, &whole);
+    let selection = RowSelection::from(vec![RowSelector::skip(2300), RowSelector::select(90), RowSelector::skip(1610)]);
+    let (got, requested) = read(DeviceReaderBuilder::new_with_metadata(&path, &loaded).unwrap().with_row_selection(selection));
+    assert_batches_equal("selection", &expected.slice(2300, 90), &got);
+    assert!(requested * 5 < all_bytes, "the selection asked for {requested} bytes, the whole file {all_bytes}");
+    match DeviceReaderBuilder::new_with_metadata(dir.path().join("gone.parquet"), &loaded) {
+        Err(Error::Open { file, .. }) => assert_eq!(file, dir.path().join("gone.parquet")),
+        other => panic!("expected Error::Open, got {:?}", other.map(|_| ())),
     }
 }

@@ -52,7 +52,7 @@ use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::RowSelection;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, RowSelection};
 use parquet::basic::Type as PhysicalType;
 
 use crate::arrow::DeviceTable;
@@ -121,6 +121,19 @@ impl DeviceReaderBuilder {
     /// A builder over a footer already loaded (see [`crate::read_footer`]).
     pub fn new_with_footer(path: impl AsRef<Path>, footer: Footer) -> DeviceReaderBuilder {
         Self::over(vec![(path.as_ref().to_path_buf(), footer)])
+    }
+
+    /// A builder over metadata arrow-rs has already loaded (with
+    /// `ArrowReaderMetadata::load`, say, to prune row groups on its
+    /// statistics first): its Parquet metadata, page index included where
+    /// loaded, is planned from without reading the footer again; the file's
+    /// size is taken now. The Arrow schema is gpq's own conversion of the
+    /// file's, as [`crate::read_parquet_to_device`] returns it: a schema
+    /// supplied through `ArrowReaderOptions::with_schema` is not applied.
+    pub fn new_with_metadata(path: impl AsRef<Path>, metadata: &ArrowReaderMetadata) -> Result<DeviceReaderBuilder> {
+        let path = path.as_ref();
+        let file_size = std::fs::metadata(path).map_err(|source| Error::Open { file: path.to_path_buf(), source })?.len();
+        Ok(Self::new_with_footer(path, Footer { file_size, metadata: Arc::clone(metadata.metadata()) }))
     }
 
     /// Default settings over `files` (at least one).
