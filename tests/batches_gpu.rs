@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         gpu_trial(&device, "row_selections_read_only_their_row_groups", row_selections),
         gpu_trial(&device, "offset_indexes_leave_unselected_pages_unread", page_pruning),
         gpu_trial(&device, "metadata_loaded_by_arrow_rs_is_planned_from", metadata_from_arrow_rs),
+        gpu_trial(&device, "row_groups_over_the_limit_are_read_in_row_windows", row_windows_under_a_limit),
     ])
 }
 
@@ -448,4 +449,33 @@ fn metadata_from_arrow_rs(_: &Arc<GpuContext>) {
         Err(Error::Open { file, .. }) => assert_eq!(file, dir.path().join("gone.parquet")),
         other => panic!("expected Error::Open, got {:?}", other.map(|_| ())),
     }
+}
+
+/// One row group larger than the memory limit: read in windows of its rows
+/// (the file has an offset index), each within the limit, together what
+/// arrow-rs reads. Before, a pass of one row group over the limit was the
+/// error.
+fn row_windows_under_a_limit(_: &Arc<GpuContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_paged_sample(&dir.path().join("one.parquet"), 6000, 6000, 200, WriterVersion::PARQUET_2_0);
+    let expected = arrow_rs(&path).unwrap();
+    let mut one = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(u64::MAX / 2).build().unwrap();
+    assert_eq!(one.num_passes(), 1);
+    let table = one.next().unwrap().unwrap();
+    let whole = one.peak_device_memory().unwrap();
+    drop(table);
+    let limit = whole / 3;
+    let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(limit).build().unwrap();
+    let planned = reader.num_passes();
+    assert!(planned > 1, "a limit of {limit} bytes (the row group peaks at {whole}) should take several windows");
+    let mut reader = reader;
+    let mut host = Vec::new();
+    for batch in reader.by_ref() {
+        host.push(batch.unwrap().to_record_batch().unwrap());
+    }
+    let peak = reader.peak_device_memory().unwrap();
+    eprintln!("one row group peaks at {whole} bytes; limit {limit}: {planned} windows planned, {} read, peak {peak}", host.len());
+    assert!(peak <= limit, "peak {peak} over the limit {limit}");
+    let got = arrow::compute::concat_batches(&expected.schema(), &host).unwrap();
+    assert_batches_equal("row windows", &expected, &got);
 }

@@ -7,6 +7,8 @@
 //! pass's working memory (its column chunks, decompressed pages and output
 //! columns, as the footer's sizes put them) and the next pass's column chunks
 //! (planned as a pass's own, the passes being alike) fit the limit together.
+//! A row group larger than that alone is read in windows of its rows, each
+//! reading only its own pages where the file has an offset index.
 //! [`DeviceBatchReader`] yields one [`DeviceTable`] per pass. Several
 //! passes are read and decoded at once, each on a thread and stream of its
 //! own ([`DeviceReaderBuilder::with_decode_ahead`]), the batches returned in
@@ -34,7 +36,8 @@
 //! (not charged: the nvCOMP worker's exchange buffer, see
 //! `decode::isolated`, and the worker's own memory). A
 //! pass whose real needs exceed the footer's estimate is read again in two
-//! halves (a pass of one row group that does not fit is the error). A
+//! halves (of its row groups, or of a single row group's rows; a single row
+//! that does not fit is the error). A
 //! table, once returned, is the caller's: its buffers no longer count
 //! against the limit.
 //!
@@ -234,7 +237,9 @@ impl DeviceReaderBuilder {
     /// decoded (their chunks, decompressed pages, scratch and the columns
     /// being built, and the tables decoded ahead but not yet returned) and,
     /// one pass at a time, the next pass's chunks being read. Tables already
-    /// returned are not counted.
+    /// returned are not counted. A row group that does not fit is read in
+    /// windows of its rows (fitting where the file has an offset index and
+    /// its columns are flat).
     pub fn with_device_memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = Some(bytes);
         self
@@ -509,6 +514,10 @@ fn select_rows(per_rg: Vec<Pass>, selection: &RowSelection) -> Vec<Vec<Pass>> {
 fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, pass_bytes: Option<u64>, memory_limit: Option<u64>, prefetch: bool) -> Vec<Pass> {
     let need = |working: u64, chunks: u64| if prefetch { working.saturating_add(chunks) } else { working };
     let mut passes: Vec<Pass> = Vec::new();
+    let run = run.into_iter().flat_map(|rg| {
+        let parts = memory_limit.map_or(1, |limit| need(rg.working, rg.chunks).div_ceil(limit.max(1)));
+        split_rows(rg, parts)
+    });
     for rg in run {
         let fits = passes.last().is_some_and(|p| {
             let rows_ok = batch_rows.is_none_or(|b| p.keep + rg.keep <= b as u64);
@@ -528,6 +537,30 @@ fn group_passes(run: Vec<Pass>, batch_rows: Option<usize>, pass_bytes: Option<u6
         }
     }
     passes
+}
+
+/// `rg` (one row group's entry) as up to `parts` entries of consecutive
+/// kept rows, its estimates shared out by rows: a row group larger than a
+/// pass may hold is read in row windows, each reading only its own pages
+/// where the file has an offset index (see [`ReadPlan::with_row_window`]).
+/// Without one, or in nested columns, a window decodes the whole row group,
+/// so the budget still finds it too large and [`DeviceBatchReader`] halves
+/// it again, down to a single row (then the error).
+fn split_rows(rg: Pass, parts: u64) -> Vec<Pass> {
+    let parts = parts.min(rg.keep);
+    if parts <= 1 || rg.row_groups.len() != 1 {
+        return vec![rg];
+    }
+    let share = |v: u64, rows: u64| u64::try_from((v as u128 * rows as u128).div_ceil(rg.keep.max(1) as u128)).unwrap_or(u64::MAX);
+    let per = rg.keep.div_ceil(parts);
+    let mut out = Vec::new();
+    let mut done = 0;
+    while done < rg.keep {
+        let keep = per.min(rg.keep - done);
+        out.push(Pass { skip: rg.skip + done, keep, working: share(rg.working, keep), chunks: share(rg.chunks, keep), ..rg.clone() });
+        done += keep;
+    }
+    out
 }
 
 /// The most passes a reader decodes at once by default
@@ -791,11 +824,17 @@ impl DeviceBatchReader {
         Ok((chunks, t0))
     }
 
-    /// Splits pass `k` in two (at its middle row group); false if it has one.
+    /// Splits pass `k` in two: at its middle row group, or a pass of one
+    /// row group at its middle kept row; false if it keeps one row.
     fn split(&mut self, k: usize) -> bool {
         let p = &self.passes[k];
         if p.row_groups.len() < 2 {
-            return false;
+            let halves = split_rows(p.clone(), 2);
+            let more = halves.len() == 2;
+            if more {
+                self.passes.splice(k..=k, halves);
+            }
+            return more;
         }
         let half = p.row_groups.len() / 2;
         let metadata = &self.files[p.file].1.metadata;
