@@ -271,6 +271,26 @@ fn several_files_are_one_sequence(_: &Arc<GpuContext>) {
         assert_eq!(rows, vec![700, 1, 1000, 1000, 500, 1000, 200], "{depth} passes at once");
         assert_batches_equal(&format!("four files, {depth} passes at once"), &want, &got);
     }
+    // A selection counts rows across the files, as if they were one: rows
+    // 650..702 cross from the first file over the one-row file into the
+    // third, 3150..3250 from the third into the fourth, 4390.. past the end.
+    let selection = RowSelection::from(vec![
+        RowSelector::skip(650),
+        RowSelector::select(52),
+        RowSelector::skip(2448),
+        RowSelector::select(100),
+        RowSelector::skip(1140),
+        RowSelector::select(50),
+    ]);
+    let reader = DeviceReaderBuilder::try_new_files(&files).unwrap().with_row_selection(selection).build().unwrap();
+    let (rows, got) = collect(reader);
+    assert_eq!(rows.iter().sum::<usize>(), 52 + 100 + 11, "selected rows {rows:?}");
+    let picked = [want.slice(650, 52), want.slice(3150, 100), want.slice(4390, 11)];
+    assert_batches_equal("a selection across files", &arrow::compute::concat_batches(&want.schema(), &picked).unwrap(), &got);
+    assert!(matches!(
+        DeviceReaderBuilder::try_new_files(&files).unwrap().with_row_groups([0]).build(),
+        Err(Error::InvalidOptions(_))
+    ));
     // Under a memory limit the passes at once share it, or go one at a time.
     for depth in [1, 4] {
         let limited = DeviceReaderBuilder::try_new_files(&files).unwrap().with_decode_ahead(depth).with_device_memory_limit(1 << 30).build().unwrap();

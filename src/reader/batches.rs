@@ -203,7 +203,8 @@ impl DeviceReaderBuilder {
     /// the others, flat columns read only the pages that hold selected rows
     /// where the file has an offset index, and every column is cut to each
     /// run of selected rows on the device (without a copy), one batch or
-    /// more per run. For one file only.
+    /// more per run. Over several files the rows are counted across them, in
+    /// order, as if they were one file.
     pub fn with_row_selection(mut self, selection: RowSelection) -> Self {
         self.selection = Some(selection);
         self
@@ -279,9 +280,11 @@ impl DeviceReaderBuilder {
     /// the GPU cannot decode) before any IO.
     pub fn build(mut self) -> Result<DeviceBatchReader> {
         let t0 = Instant::now();
-        if self.files.len() > 1 && (self.options.row_groups.is_some() || self.selection.is_some()) {
-            return Err(Error::InvalidOptions("row groups and row selections select within one file; this reader has several".into()));
+        if self.files.len() > 1 && self.options.row_groups.is_some() {
+            return Err(Error::InvalidOptions("row groups are numbered within one file; this reader has several".into()));
         }
+        // A selection counts rows over the files in order: each file takes its share.
+        let mut selection_left = self.selection.clone();
         let (ctx, setup) = super::device_setup(self.options.device)?;
         let mut passes = Vec::new();
         let mut runs: Vec<Vec<Pass>> = Vec::new();
@@ -303,8 +306,12 @@ impl DeviceReaderBuilder {
             }
             worker |= crate::decode::needs_nvcomp_worker(&plan, &self.options);
             let per_rg = row_group_passes(&plan);
-            let file_runs = match &self.selection {
-                Some(selection) => select_rows(per_rg, selection),
+            let file_runs = match &mut selection_left {
+                Some(left) => {
+                    let rows: u64 = per_rg.iter().map(|p| p.rows).sum();
+                    let mine = left.split_off(usize::try_from(rows).unwrap_or(usize::MAX));
+                    select_rows(per_rg, &mine)
+                }
                 None => vec![per_rg],
             };
             runs.extend(file_runs.into_iter().map(|run| run.into_iter().map(|p| Pass { file: fi, ..p }).collect::<Vec<_>>()));
