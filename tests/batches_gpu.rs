@@ -446,7 +446,7 @@ fn metadata_from_arrow_rs(_: &Arc<GpuContext>) {
     let path = common::write_paged_sample(&dir.path().join("m.parquet"), 4000, 2000, 100, WriterVersion::PARQUET_2_0);
     let expected = arrow_rs(&path).unwrap();
     let file = std::fs::File::open(&path).unwrap();
-    let loaded = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new().with_page_index(true)).unwrap();
+    let loaded = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new().with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Required)).unwrap();
     assert!(loaded.metadata().offset_index().is_some(), "arrow-rs loaded the offset index");
     let read = |builder: DeviceReaderBuilder| {
         let reader = builder.build().unwrap();
