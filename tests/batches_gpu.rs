@@ -395,6 +395,20 @@ fn row_selections(_: &Arc<GpuContext>) {
 /// A selection and a limit read, in flat columns, only the pages that hold
 /// wanted rows (the offset index says which), the dictionary pages too, and
 /// cut each column on the device at its own page boundaries.
+/// The batches of `builder`'s reader concatenated on the host, and the bytes
+/// their reads asked for.
+fn read_counting_bytes(builder: DeviceReaderBuilder) -> (RecordBatch, u64) {
+    let reader = builder.build().unwrap();
+    let schema = reader.schema().clone();
+    let (mut parts, mut requested) = (Vec::new(), 0u64);
+    for batch in reader {
+        let batch = batch.unwrap();
+        requested += batch.stats().io.as_ref().map_or(0, |io| io.bytes_requested);
+        parts.push(batch.to_record_batch().unwrap());
+    }
+    (arrow::compute::concat_batches(&schema, &parts).unwrap(), requested)
+}
+
 fn page_pruning(_: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
@@ -402,18 +416,7 @@ fn page_pruning(_: &Arc<GpuContext>) {
         // dictionary-encoded, `small` with nulls).
         let path = common::write_paged_sample(&dir.path().join(format!("pages-{version:?}.parquet")), 4000, 2000, 100, version);
         let expected = arrow_rs(&path).unwrap();
-        let read = |builder: DeviceReaderBuilder| {
-            let reader = builder.build().unwrap();
-            let schema = reader.schema().clone();
-            let (mut parts, mut requested) = (Vec::new(), 0u64);
-            for batch in reader {
-                let batch = batch.unwrap();
-                requested += batch.stats().io.as_ref().map_or(0, |io| io.bytes_requested);
-                parts.push(batch.to_record_batch().unwrap());
-            }
-            (arrow::compute::concat_batches(&schema, &parts).unwrap(), requested)
-        };
-        let (_, whole) = read(DeviceReaderBuilder::try_new(&path).unwrap());
+        let (_, whole) = read_counting_bytes(DeviceReaderBuilder::try_new(&path).unwrap());
         // Rows 150..260 (inside row group 0) and 1950..2120 (across both).
         let selection = RowSelection::from(vec![
             RowSelector::skip(150),
@@ -422,13 +425,13 @@ fn page_pruning(_: &Arc<GpuContext>) {
             RowSelector::select(170),
             RowSelector::skip(1880),
         ]);
-        let (got, requested) = read(DeviceReaderBuilder::try_new(&path).unwrap().with_row_selection(selection));
+        let (got, requested) = read_counting_bytes(DeviceReaderBuilder::try_new(&path).unwrap().with_row_selection(selection));
         let want = arrow::compute::concat_batches(&expected.schema(), &[expected.slice(150, 110), expected.slice(1950, 170)]).unwrap();
         assert_batches_equal(&format!("{version:?}: selection"), &want, &got);
         assert!(requested * 3 < whole, "{version:?}: the selection asked for {requested} bytes, the whole file {whole}");
         // A limit reads only the first pages (2050 rows reach into the second row group).
         for limit in [1, 5, 100, 101, 2050] {
-            let (got, requested) = read(DeviceReaderBuilder::try_new(&path).unwrap().with_limit(limit));
+            let (got, requested) = read_counting_bytes(DeviceReaderBuilder::try_new(&path).unwrap().with_limit(limit));
             assert_batches_equal(&format!("{version:?}: limit {limit}"), &expected.slice(0, limit), &got);
             if limit <= 101 {
                 assert!(requested * 5 < whole, "{version:?}: limit {limit} asked for {requested} bytes of {whole}");
@@ -448,21 +451,10 @@ fn metadata_from_arrow_rs(_: &Arc<GpuContext>) {
     let file = std::fs::File::open(&path).unwrap();
     let loaded = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new().with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Required)).unwrap();
     assert!(loaded.metadata().offset_index().is_some(), "arrow-rs loaded the offset index");
-    let read = |builder: DeviceReaderBuilder| {
-        let reader = builder.build().unwrap();
-        let schema = reader.schema().clone();
-        let (mut parts, mut requested) = (Vec::new(), 0u64);
-        for batch in reader {
-            let batch = batch.unwrap();
-            requested += batch.stats().io.as_ref().map_or(0, |io| io.bytes_requested);
-            parts.push(batch.to_record_batch().unwrap());
-        }
-        (arrow::compute::concat_batches(&schema, &parts).unwrap(), requested)
-    };
-    let (whole, all_bytes) = read(DeviceReaderBuilder::new_with_metadata(&path, &loaded).unwrap());
+    let (whole, all_bytes) = read_counting_bytes(DeviceReaderBuilder::new_with_metadata(&path, &loaded).unwrap());
     assert_batches_equal("whole file", &expected, &whole);
     let selection = RowSelection::from(vec![RowSelector::skip(2300), RowSelector::select(90), RowSelector::skip(1610)]);
-    let (got, requested) = read(DeviceReaderBuilder::new_with_metadata(&path, &loaded).unwrap().with_row_selection(selection));
+    let (got, requested) = read_counting_bytes(DeviceReaderBuilder::new_with_metadata(&path, &loaded).unwrap().with_row_selection(selection));
     assert_batches_equal("selection", &expected.slice(2300, 90), &got);
     assert!(requested * 5 < all_bytes, "the selection asked for {requested} bytes, the whole file {all_bytes}");
     match DeviceReaderBuilder::new_with_metadata(dir.path().join("gone.parquet"), &loaded) {
