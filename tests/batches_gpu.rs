@@ -113,6 +113,13 @@ fn row_limit_cuts_nested_columns(_: &Arc<GpuContext>) {
     }
 }
 
+/// Every batch of `reader` on the host, and the reader's peak device memory.
+fn drain_with_peak(mut reader: gpq::DeviceBatchReader) -> (Vec<RecordBatch>, u64) {
+    let host: Vec<RecordBatch> = reader.by_ref().map(|b| b.unwrap().to_record_batch().unwrap()).collect();
+    let peak = reader.peak_device_memory().unwrap();
+    (host, peak)
+}
+
 fn memory_limit_bounds_every_pass(_: &Arc<GpuContext>) {
     let dir = tempfile::tempdir().unwrap();
     let path = write_sample(&dir.path().join("s.parquet"), 20_000, 1000, Compression::SNAPPY);
@@ -131,12 +138,7 @@ fn memory_limit_bounds_every_pass(_: &Arc<GpuContext>) {
     let planned = reader.num_passes();
     assert!(planned > 1, "a limit of {limit} bytes (the whole read peaks at {whole}) should take several passes");
     assert!(reader.decode_ahead() > 1, "a quarter of the whole read leaves room for several passes at once");
-    let mut reader = reader;
-    let mut host = Vec::new();
-    for batch in reader.by_ref() {
-        host.push(batch.unwrap().to_record_batch().unwrap());
-    }
-    let peak = reader.peak_device_memory().unwrap();
+    let (host, peak) = drain_with_peak(reader);
     eprintln!("whole read peaks at {whole} bytes; limit {limit}: {planned} passes planned, {} read, peak {peak}", host.len());
     assert!(peak <= limit, "peak {peak} over the limit {limit}");
     let got = arrow::compute::concat_batches(&expected.schema(), &host).unwrap();
@@ -480,12 +482,7 @@ fn row_windows_under_a_limit(_: &Arc<GpuContext>) {
     let reader = DeviceReaderBuilder::try_new(&path).unwrap().with_device_memory_limit(limit).build().unwrap();
     let planned = reader.num_passes();
     assert!(planned > 1, "a limit of {limit} bytes (the row group peaks at {whole}) should take several windows");
-    let mut reader = reader;
-    let mut host = Vec::new();
-    for batch in reader.by_ref() {
-        host.push(batch.unwrap().to_record_batch().unwrap());
-    }
-    let peak = reader.peak_device_memory().unwrap();
+    let (host, peak) = drain_with_peak(reader);
     eprintln!("one row group peaks at {whole} bytes; limit {limit}: {planned} windows planned, {} read, peak {peak}", host.len());
     assert!(peak <= limit, "peak {peak} over the limit {limit}");
     let got = arrow::compute::concat_batches(&expected.schema(), &host).unwrap();
